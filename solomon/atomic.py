@@ -1,0 +1,96 @@
+"""Crash-safe file output: write to a temporary sibling, fsync, then rename over the target.
+
+A reader (or a later stage) therefore sees either the old file or the complete new one, never half of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_with(path: str | Path, writer: Callable[[Path], None]) -> None:
+    """Call ``writer(tmp_path)`` and move the finished file to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file ordinary permissions
+        writer(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    write_with(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_text(path: str | Path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def canonical_json(obj: Any) -> str:
+    """Stable JSON text: sorted keys, fixed indentation, trailing newline (same object, same bytes)."""
+    return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    write_text(path, canonical_json(obj))
+
+
+@contextmanager
+def staged_dir(target: str | Path, *, replace: bool = True) -> Iterator[Path]:
+    """Yield an empty temporary directory beside ``target``; on success it becomes ``target``.
+
+    On any error the temporary directory is removed and ``target`` is left exactly as it was.
+    With ``replace=False`` an existing ``target`` is an error (a run directory is never overwritten).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
+    try:
+        yield tmp
+        for file in tmp.rglob("*"):
+            if file.is_file():
+                with open(file, "rb+") as handle:
+                    os.fsync(handle.fileno())
+        if target.exists():
+            if not replace:
+                raise FileExistsError(f"{target} already exists and is never overwritten")
+            old = target.with_name(f".{target.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+        _fsync_dir(target.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,37 @@
+"""The ``solomon`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from solomon import __version__
+from solomon.errors import run_main
+
+
+def _smoke(args: argparse.Namespace) -> None:
+    from solomon.smoke import smoke
+
+    result = smoke(Path(args.source).resolve(), keep=args.keep)
+    print(json.dumps(result, indent=2))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solomon", description="Reproducible small-LM training on CPU.")
+    parser.add_argument("--version", action="version", version=f"solomon {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    smoke = commands.add_parser("smoke", help="run the whole pipeline on a tiny config in a scratch copy")
+    smoke.add_argument("--source", default=".", help="repository to copy (default: the current directory)")
+    smoke.add_argument("--keep", action="store_true", help="keep the scratch copy and print its path")
+    smoke.set_defaults(func=_smoke)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    run_main(lambda: args.func(args))
+
+
+if __name__ == "__main__":
+    main()

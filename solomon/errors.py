@@ -1,0 +1,17 @@
+"""The one exception type for bad input: stages print its message as one line and exit non-zero."""
+
+import sys
+from collections.abc import Callable
+
+
+class SolomonError(Exception):
+    """Bad input (params, corpus, checkpoint, CLI flags): the message says what is wrong and how to fix it."""
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """Run a stage or command: bad input becomes one line on stderr and exit status 2."""
+    try:
+        main()
+    except SolomonError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,121 @@
+"""A GPT-style decoder-only Transformer: pre-LayerNorm blocks, causal scaled-dot-product attention, tied
+input/output embeddings. Plain PyTorch, after nanoGPT's model.py; it knows nothing of files or pipelines."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    block_size: int = 128
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 256
+    dropout: float = 0.0
+    bias: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = config.n_head
+        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, time, channels = x.shape
+        q, k, v = self.qkv(x).split(channels, dim=2)
+        # (B, T, C) -> (B, heads, T, head_dim)
+        q, k, v = (t.view(batch, time, self.n_head, channels // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(batch, time, channels)
+        return self.resid_dropout(self.proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied embeddings
+        self.apply(self._init_weights)
+        # GPT-2: scale residual projections by 1/sqrt(2 * n_layer) so the residual stream's variance stays put.
+        for name, param in self.named_parameters():
+            if name.endswith("proj.weight"):
+                nn.init.normal_(param, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        total = sum(p.numel() for p in self.parameters())
+        return total - self.wpe.weight.numel() if non_embedding else total
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, vocab) for token ids ``idx`` (B, T)."""
+        time = idx.size(1)
+        if time > self.config.block_size:
+            raise ValueError(f"sequence of {time} tokens exceeds block_size {self.config.block_size}")
+        pos = torch.arange(time, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+    def configure_optimizer(self, lr: float, weight_decay: float, betas: tuple[float, float]) -> torch.optim.AdamW:
+        """AdamW that decays weight matrices and embeddings, not biases or LayerNorm gains."""
+        decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=False)
+
+
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))

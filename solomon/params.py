@@ -1,0 +1,141 @@
+"""Load and validate params.yaml in one place: unknown keys and bad values are errors, never silent defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from solomon.errors import SolomonError
+
+PositiveInt = Annotated[int, Field(gt=0)]
+Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SplitParams(_Section):
+    val: Fraction = 0.05
+    test: Fraction = 0.05
+    salt: str = "solomon-split-v1"
+
+    @model_validator(mode="after")
+    def _leaves_train(self) -> SplitParams:
+        if self.val + self.test >= 0.5:
+            raise ValueError("val + test must be below 0.5 so that most documents train")
+        return self
+
+
+class CardParams(_Section):
+    """Human-written data-card fields for a user corpus (the KJV's are built in)."""
+
+    pretty_name: str | None = None
+    license: str | None = None
+    language: list[str] | None = None
+    source_datasets: list[str] | None = None
+    motivation: str | None = None
+    composition: str | None = None
+    collection: str | None = None
+    uses: str | None = None
+    distribution: str | None = None
+    maintenance: str | None = None
+    known_limitations: str | None = None
+
+
+class CorpusParams(_Section):
+    source: str = "kjv"
+    kjv_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    text_field: str = "text"
+    id_field: str | None = None
+    min_chars: Annotated[int, Field(ge=1)] = 1
+    split: SplitParams = SplitParams()
+    card: CardParams = CardParams()
+
+
+class TokenizerParams(_Section):
+    vocab_size: Annotated[int, Field(ge=300, le=65536)] = 8192
+    min_frequency: PositiveInt = 2
+    eod_token: str = "<|endoftext|>"
+
+
+class ModelParams(_Section):
+    n_layer: PositiveInt = 4
+    n_head: PositiveInt = 4
+    n_embd: PositiveInt = 256
+    block_size: PositiveInt = 128
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    bias: bool = False
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelParams:
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        return self
+
+
+class TrainParams(_Section):
+    seed: int = 1337
+    max_steps: PositiveInt = 800
+    batch_size: PositiveInt = 16
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.1
+    beta1: Fraction = 0.9
+    beta2: Fraction = 0.95
+    grad_clip: Annotated[float, Field(ge=0.0)] = 1.0
+    threads: PositiveInt = 2
+
+
+class LrParams(_Section):
+    """Noam schedule, written with its peak: lr(s) = peak · min(s / warmup, sqrt(warmup / s))."""
+
+    schedule: Literal["noam"] = "noam"
+    peak: Annotated[float, Field(gt=0.0)] = 1e-3
+    warmup: PositiveInt = 100
+
+
+class EvalParams(_Section):
+    batch_size: PositiveInt = 16
+    max_tokens: PositiveInt | None = None
+    threads: PositiveInt = 2
+
+
+class ReportParams(_Section):
+    root: str = "reports/training"
+
+
+class Params(_Section):
+    corpus: CorpusParams
+    tokenizer: TokenizerParams = TokenizerParams()
+    model: ModelParams = ModelParams()
+    train: TrainParams = TrainParams()
+    lr: LrParams = LrParams()
+    eval: EvalParams = EvalParams()
+    report: ReportParams = ReportParams()
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    if first["type"] == "extra_forbidden":
+        return f"unknown key '{where}' (remove it or check its spelling)"
+    return f"'{where}': {first['msg']} (got {first.get('input')!r})"
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SolomonError(f"{path} not found: run from the repository root") from None
+    except yaml.YAMLError as exc:
+        raise SolomonError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise SolomonError(f"{path} must be a mapping of sections (corpus, tokenizer, model, ...)")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        extra = f" and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+        raise SolomonError(f"bad {path}: {_describe(exc)}{extra}") from None

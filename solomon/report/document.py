@@ -1,0 +1,71 @@
+"""Render the run report as Markdown (PNG charts beside it) and as one self-contained HTML page (inline SVG,
+inline CSS, no scripts or network)."""
+
+from __future__ import annotations
+
+import html
+
+from tabulate import tabulate
+
+Table = tuple[list[str], list[list]]
+
+
+def _flatten(prefix: str, value, rows: list[list]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), inner, rows)
+    else:
+        rows.append([prefix, value])
+
+
+def key_value_table(mapping: dict) -> Table:
+    rows: list[list] = []
+    _flatten("", mapping, rows)
+    return ["key", "value"], rows
+
+
+def metrics_table(metrics: dict) -> Table:
+    names = list(next(iter(metrics.values())))
+    return ["split", *names], [[split, *(values[n] for n in names)] for split, values in metrics.items()]
+
+
+def render_markdown(title: str, intro: list[str], tables: dict[str, Table], charts: list[str]) -> str:
+    parts = [f"# {title}\n", *(f"{line}  " for line in intro), ""]
+    parts.append("## Curves\n")
+    parts += [f"![{name}]({name}.png)\n" for name in charts]
+    for heading, (headers, rows) in tables.items():
+        parts += [f"## {heading}\n", tabulate(rows, headers, tablefmt="github"), ""]
+    return "\n".join(parts) + "\n"
+
+
+_CSS = """
+body { font-family: system-ui, sans-serif; max-width: 980px; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; }
+th { background: #f3f3f3; }
+svg { max-width: 100%; height: auto; }
+code { background: #f6f6f6; padding: 0 0.2em; }
+"""
+
+
+def _html_table(table: Table) -> str:
+    headers, rows = table
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render_html(title: str, intro: list[str], tables: dict[str, Table], svgs: dict[str, str]) -> str:
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        *(f"<p>{html.escape(line)}</p>" for line in intro),
+        "<h2>Curves</h2>",
+        *(f"<figure>{svg}</figure>" for svg in svgs.values()),
+    ]
+    for heading, table in tables.items():
+        parts += [f"<h2>{html.escape(heading)}</h2>", _html_table(table)]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

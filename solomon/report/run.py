@@ -1,0 +1,92 @@
+"""Create ``reports/training/<run-id>/``: the hyperparameter record, the data card, metrics, the training log,
+loss and LR curves in Markdown and HTML. A run directory is created once and never changed afterwards."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+import solomon
+from solomon.atomic import canonical_json, staged_dir, write_json, write_text
+from solomon.corpus import sha256_file
+from solomon.params import Params
+from solomon.report import charts, document
+from solomon.train.loop import read_log
+
+
+def _git_state() -> dict:
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, check=True, timeout=10)
+            return done.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
+
+
+def make_run_id(now: datetime, inputs: dict) -> str:
+    digest = hashlib.sha256(canonical_json(inputs).encode("utf-8")).hexdigest()
+    return f"{now:%Y%m%dT%H%M%SZ}-{digest[:8]}"
+
+
+def create_run(
+    params: Params,
+    params_path: Path,
+    files: dict[str, Path],
+    root: Path,
+    latest_path: Path,
+    now: datetime | None = None,
+) -> Path:
+    """``files`` names the inputs: metrics, train_metrics, train_log, datacard_md, datacard_json, model, tokenizer."""
+    now = now or datetime.now(UTC)
+    hashes = {name: sha256_file(path) for name, path in sorted(files.items())}
+    hashes["params"] = sha256_file(params_path)
+    run_id = make_run_id(now, hashes)
+    metrics = json.loads(files["metrics"].read_text(encoding="utf-8"))
+    train_metrics = json.loads(files["train_metrics"].read_text(encoding="utf-8"))
+    rows = read_log(files["train_log"])
+    run_info = {
+        "run_id": run_id,
+        "created_utc": now.isoformat(timespec="seconds"),
+        "git": _git_state(),
+        "versions": {"solomon": solomon.__version__, "python": platform.python_version(), "torch": torch.__version__},
+        "sha256": hashes,
+    }
+    target = root / run_id
+    with staged_dir(target, replace=False) as tmp:
+        shutil.copyfile(params_path, tmp / "params.yaml")
+        write_json(tmp / "hyperparameters.json", params.model_dump(mode="json"))
+        for name in ("metrics", "train_metrics", "train_log"):
+            shutil.copyfile(files[name], tmp / files[name].name)
+        shutil.copyfile(files["datacard_md"], tmp / "datacard.md")
+        shutil.copyfile(files["datacard_json"], tmp / "datacard.json")
+        write_json(tmp / "run.json", run_info)
+        svgs = charts.render(rows, tmp)
+        title = f"Training run {run_id}"
+        intro = [
+            f"Created {run_info['created_utc']} from git commit {run_info['git']['commit'] or 'unknown'}"
+            + (" (uncommitted changes)" if run_info["git"]["dirty"] else "")
+            + ".",
+            f"Corpus: {params.corpus.source}; data card: datacard.md. Hyperparameters: params.yaml, "
+            "hyperparameters.json.",
+        ]
+        tables = {
+            "Held-out metrics": document.metrics_table(metrics),
+            "Training": document.key_value_table(train_metrics),
+            "Hyperparameters": document.key_value_table(params.model_dump(mode="json")),
+            "Inputs (SHA256)": (["file", "sha256"], [[k, v] for k, v in hashes.items()]),
+        }
+        write_text(tmp / "report.md", document.render_markdown(title, intro, tables, list(svgs)))
+        write_text(tmp / "report.html", document.render_html(title, intro, tables, svgs))
+    write_json(latest_path, {"run_id": run_id, "path": (root / run_id).as_posix()})
+    return target

@@ -1,0 +1,31 @@
+"""``solomon smoke``: the whole pipeline on a tiny config in a scratch copy; the workspace stays untouched."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from solomon.errors import SolomonError
+from solomon.scratch import TINY_OVERRIDES, make_scratch_repo, run
+
+
+def smoke(source: Path, keep: bool = False) -> dict:
+    scratch = Path(tempfile.mkdtemp(prefix="solomon-smoke-"))
+    started = time.perf_counter()
+    try:
+        repo = make_scratch_repo(source, scratch / "repo", TINY_OVERRIDES)
+        done = run([str(Path(sys.executable).parent / "dvc"), "repro"], repo, check=False)
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+            raise SolomonError("smoke: dvc repro failed:\n" + "\n".join(tail))
+        latest = json.loads((repo / "reports/latest.json").read_text(encoding="utf-8"))
+        metrics = json.loads((repo / "metrics.json").read_text(encoding="utf-8"))
+        return {"seconds": round(time.perf_counter() - started, 1), "run": latest["run_id"], "metrics": metrics,
+                "scratch": str(repo) if keep else None}
+    finally:
+        if not keep:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,23 @@
+"""Stage datacard: statistics and the datasheet → data/datacard.md, data/datacard.json."""
+
+import argparse
+from pathlib import Path
+
+from solomon.datacard import build
+from solomon.errors import run_main
+from solomon.params import load_params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    for name in ("corpus_dir", "tokens_dir", "tokenizer_path", "markdown_path", "json_path"):
+        parser.add_argument(name, type=Path)
+    args = parser.parse_args()
+    build(
+        load_params().corpus, args.corpus_dir, args.tokens_dir, args.tokenizer_path, args.markdown_path, args.json_path
+    )
+    print(f"datacard: {args.markdown_path}")
+
+
+if __name__ == "__main__":
+    run_main(main)

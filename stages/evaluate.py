@@ -1,0 +1,21 @@
+"""Stage evaluate: val and test loss, perplexity, bits per byte, accuracy → metrics.json."""
+
+import argparse
+from pathlib import Path
+
+from solomon.errors import run_main
+from solomon.evaluate import evaluate
+from solomon.params import load_params
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    for name in ("model_dir", "tokens_dir", "tokenizer_path", "metrics_path"):
+        parser.add_argument(name, type=Path)
+    args = parser.parse_args()
+    metrics = evaluate(load_params().eval, args.model_dir, args.tokens_dir, args.tokenizer_path, args.metrics_path)
+    print(f"evaluate: {metrics}")
+
+
+if __name__ == "__main__":
+    run_main(main)
