@@ -24,8 +24,12 @@ def smoke(source: Path, keep: bool = False) -> dict:
             raise SolomonError("smoke: dvc repro failed:\n" + "\n".join(tail))
         latest = json.loads((repo / "reports/latest.json").read_text(encoding="utf-8"))
         metrics = json.loads((repo / "metrics.json").read_text(encoding="utf-8"))
-        return {"seconds": round(time.perf_counter() - started, 1), "run": latest["run_id"], "metrics": metrics,
-                "scratch": str(repo) if keep else None}
+        return {
+            "seconds": round(time.perf_counter() - started, 1),
+            "run": latest["run_id"],
+            "metrics": metrics,
+            "scratch": str(repo) if keep else None,
+        }
     finally:
         if not keep:
             shutil.rmtree(scratch, ignore_errors=True)
