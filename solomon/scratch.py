@@ -21,7 +21,7 @@ TINY_OVERRIDES: dict = {
     "tokenizer": {"vocab_size": 512},
     "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32},
     "train": {"max_steps": 30, "batch_size": 8, "threads": 1},
-    "lr": {"warmup": 10},
+    "lr": {"warmup": 20},
     "eval": {"max_tokens": 4096, "batch_size": 16, "threads": 1},
 }
 

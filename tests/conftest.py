@@ -1,0 +1,39 @@
+"""Shared fixtures: a tiny pipeline built once with real DVC in a temporary git repository."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from solomon.scratch import TINY_OVERRIDES, make_scratch_repo, run
+
+ROOT = Path(__file__).resolve().parents[1]
+DVC = str(Path(sys.executable).parent / "dvc")
+
+# One thread per process: torch with two threads beside another busy process slows down badly.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def dvc(repo: Path, *args: str, check: bool = True):
+    return run([DVC, *args], repo, check=check)
+
+
+@pytest.fixture(scope="session")
+def built_repo(tmp_path_factory) -> Path:
+    """The tiny pipeline after one full `dvc repro`; copy it (see `repo_copy`) before changing it."""
+    repo = make_scratch_repo(ROOT, tmp_path_factory.mktemp("built") / "repo", TINY_OVERRIDES)
+    done = dvc(repo, "repro", check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return repo
+
+
+@pytest.fixture
+def repo_copy(built_repo: Path, tmp_path: Path) -> Path:
+    """A private copy of the built pipeline (git history, DVC cache and outputs included)."""
+    copy = tmp_path / "repo"
+    shutil.copytree(built_repo, copy, symlinks=True)
+    return copy

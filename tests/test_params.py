@@ -1,0 +1,52 @@
+"""params.yaml validation: unknown keys and bad values are one-line errors, never silent defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from solomon.errors import SolomonError
+from solomon.params import load_params
+from solomon.scratch import merge
+
+
+def write(tmp_path: Path, overrides: dict) -> Path:
+    params = merge(yaml.safe_load((ROOT / "params.yaml").read_text()), overrides)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def test_repository_params_are_valid() -> None:
+    params = load_params(ROOT / "params.yaml")
+    assert params.corpus.source == "kjv"
+    assert params.lr.warmup > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"lr": {"warmpu": 10}}, "unknown key 'lr.warmpu'"),
+        ({"model": {"n_embd": 100, "n_head": 3}}, "divisible by n_head"),
+        ({"train": {"max_steps": 0}}, "'train.max_steps'"),
+        ({"corpus": {"split": {"val": 0.4, "test": 0.2}}}, "val + test must be below 0.5"),
+        ({"tokenizer": {"vocab_size": 100}}, "'tokenizer.vocab_size'"),
+    ],
+)
+def test_bad_params_are_one_line_errors(tmp_path: Path, overrides: dict, message: str) -> None:
+    with pytest.raises(SolomonError) as info:
+        load_params(write(tmp_path, overrides))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_and_malformed_files(tmp_path: Path) -> None:
+    with pytest.raises(SolomonError, match="not found"):
+        load_params(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("corpus: [unclosed\n")
+    with pytest.raises(SolomonError, match="not valid YAML"):
+        load_params(bad)

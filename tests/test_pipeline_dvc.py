@@ -1,0 +1,128 @@
+"""The pipeline end to end with real DVC: repro, no-op repro, precise invalidation, experiments, metrics diff."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+from conftest import ROOT, dvc
+
+from solomon.scratch import run, write_params
+
+STAGES = {"prepare", "tokenizer", "datacard", "train", "evaluate", "report"}
+
+
+def ran_stages(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+def run_dirs(repo: Path) -> list[str]:
+    return sorted(p.name for p in (repo / "reports/training").iterdir())
+
+
+def test_full_repro_writes_every_output(built_repo: Path) -> None:
+    for split in ("train", "val", "test"):
+        assert (built_repo / f"data/corpus/{split}.jsonl").stat().st_size > 0
+        assert (built_repo / f"data/tokens/{split}.bin").stat().st_size > 0
+    for path in (
+        "data/tokenizer.json",
+        "data/datacard.md",
+        "data/datacard.json",
+        "models/model.safetensors",
+        "reports/train_log.tsv",
+        "reports/train_metrics.json",
+        "metrics.json",
+        "reports/latest.json",
+    ):
+        assert (built_repo / path).is_file(), path
+    metrics = json.loads((built_repo / "metrics.json").read_text())
+    for split in ("val", "test"):
+        assert set(metrics[split]) >= {"loss", "perplexity", "bits_per_byte", "accuracy"}
+        assert 0 < metrics[split]["bits_per_byte"] < 8
+    latest = json.loads((built_repo / "reports/latest.json").read_text())
+    run_dir = built_repo / latest["path"]
+    for name in (
+        "report.md",
+        "report.html",
+        "loss.png",
+        "lr.png",
+        "params.yaml",
+        "hyperparameters.json",
+        "datacard.md",
+        "metrics.json",
+        "train_log.tsv",
+        "run.json",
+    ):
+        assert (run_dir / name).is_file(), name
+    log_lines = (built_repo / "reports/train_log.tsv").read_text().splitlines()
+    assert log_lines[0].split("\t") == ["step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s"]
+    assert len(log_lines) == 1 + 30
+
+
+def test_second_repro_runs_nothing(repo_copy: Path) -> None:
+    before = run_dirs(repo_copy)
+    done = dvc(repo_copy, "repro")
+    assert ran_stages(done.stdout) == set(), done.stdout
+    assert "didn't change, skipping" in done.stdout
+    assert run_dirs(repo_copy) == before
+    assert "up to date" in dvc(repo_copy, "status").stdout
+
+
+def test_eval_param_change_reruns_only_evaluate_and_report(repo_copy: Path) -> None:
+    before = run_dirs(repo_copy)
+    old_run = repo_copy / "reports/training" / before[0]
+    old_bytes = {p.name: p.read_bytes() for p in old_run.iterdir()}
+    write_params(repo_copy, {"eval": {"max_tokens": 2048}})
+    done = dvc(repo_copy, "repro")
+    assert ran_stages(done.stdout) == {"evaluate", "report"}, done.stdout
+    after = run_dirs(repo_copy)
+    assert len(after) == len(before) + 1
+    # The older run directory is untouched, byte for byte.
+    assert {p.name: p.read_bytes() for p in old_run.iterdir()} == old_bytes
+    assert json.loads((repo_copy / "metrics.json").read_text())["val"]["tokens"] == 2048
+
+
+def test_exp_run_changes_warmup_and_metrics_diff_shows_it(repo_copy: Path) -> None:
+    run(["git", "add", "-A"], repo_copy)
+    run(["git", "commit", "-q", "-m", "baseline run"], repo_copy)
+    old = json.loads((repo_copy / "metrics.json").read_text())
+    done = dvc(repo_copy, "exp", "run", "-S", "lr.warmup=10", check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert yaml.safe_load((repo_copy / "params.yaml").read_text())["lr"]["warmup"] == 10
+    assert "train" in ran_stages(done.stdout)
+    diff = json.loads(dvc(repo_copy, "metrics", "diff", "--json").stdout)
+    changed = diff["metrics.json"]
+    assert "val.loss" in changed and changed["val.loss"]["old"] == old["val"]["loss"]
+    assert changed["val.loss"]["new"] != changed["val.loss"]["old"]
+    shown = dvc(repo_copy, "exp", "show", "--json").stdout
+    assert "lr.warmup" in shown or '"warmup": 10' in shown
+
+
+def test_tokenizer_and_encoded_splits_are_byte_identical_across_runs(built_repo: Path, tmp_path: Path) -> None:
+    def digest(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    outputs = []
+    for name in ("a", "b"):
+        tokenizer, tokens = tmp_path / f"{name}.json", tmp_path / f"{name}_tokens"
+        run([sys.executable, str(ROOT / "stages/tokenizer.py"), "data/corpus", str(tokenizer), str(tokens)], built_repo)
+        outputs.append({"tokenizer": digest(tokenizer)} | {p.name: digest(p) for p in sorted(tokens.iterdir())})
+    assert outputs[0] == outputs[1]
+    # ...and identical to what the DVC stage wrote in its own process.
+    assert outputs[0]["tokenizer"] == digest(built_repo / "data/tokenizer.json")
+    assert outputs[0]["train.bin"] == digest(built_repo / "data/tokens/train.bin")
+
+
+def test_bad_corpus_fails_dvc_repro_with_one_line(repo_copy: Path) -> None:
+    write_params(repo_copy, {"corpus": {"source": "corpus/missing"}})
+    done = dvc(repo_copy, "repro", check=False)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: corpus.source")]
+    assert errors == [
+        "error: corpus.source 'corpus/missing' does not exist: point corpus.source at a directory or glob of "
+        ".txt files, or a .jsonl file (or use 'kjv')"
+    ], done.stderr

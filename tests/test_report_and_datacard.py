@@ -1,0 +1,96 @@
+"""The run report and the data card, read from the tiny pipeline's files."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from solomon.datacard import card_fields, render_markdown
+from solomon.params import load_params
+from solomon.report.run import create_run
+
+REPORT_INPUTS = {
+    "metrics": "metrics.json",
+    "train_metrics": "reports/train_metrics.json",
+    "train_log": "reports/train_log.tsv",
+    "datacard_md": "data/datacard.md",
+    "datacard_json": "data/datacard.json",
+    "model": "models/model.safetensors",
+    "tokenizer": "data/tokenizer.json",
+}
+
+
+def test_html_report_is_self_contained_and_has_both_curves(built_repo: Path) -> None:
+    latest = json.loads((built_repo / "reports/latest.json").read_text())
+    page = (built_repo / latest["path"] / "report.html").read_text()
+    assert page.count("<svg") == 2
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert "<script" not in page
+    markdown = (built_repo / latest["path"] / "report.md").read_text()
+    assert "![loss](loss.png)" in markdown and "![lr](lr.png)" in markdown
+    assert "bits_per_byte" in markdown and "lr.warmup" in markdown
+
+
+def test_a_new_run_never_touches_an_older_one(repo_copy: Path) -> None:
+    params = load_params(repo_copy / "params.yaml")
+    files = {name: repo_copy / path for name, path in REPORT_INPUTS.items()}
+    root = repo_copy / "reports/training"
+    older = sorted(root.iterdir())
+    snapshot = {p: p.read_bytes() for d in older for p in d.iterdir()}
+    when = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    first = create_run(params, repo_copy / "params.yaml", files, root, repo_copy / "reports/latest.json", when)
+    assert first.name.startswith("20300102T030405Z-")
+    assert {p: p.read_bytes() for d in older for p in d.iterdir()} == snapshot
+    again = create_run(
+        params,
+        repo_copy / "params.yaml",
+        files,
+        root,
+        repo_copy / "reports/latest.json",
+        datetime(2030, 1, 2, 3, 4, 6, tzinfo=UTC),
+    )
+    assert again != first and first.is_dir()
+    run_info = json.loads((again / "run.json").read_text())
+    assert set(run_info["sha256"]) == {*REPORT_INPUTS, "params"}
+
+
+def test_kjv_data_card_has_front_matter_and_all_datasheet_sections(built_repo: Path) -> None:
+    card = (built_repo / "data/datacard.md").read_text()
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert front["license"] == "other" and front["language"] == ["en"]
+    assert {s["name"] for s in front["dataset_info"]["splits"]} == {"train", "val", "test"}
+    assert all(s["num_tokens"] > 0 and s["num_bytes"] > 0 for s in front["dataset_info"]["splits"])
+    for section in (
+        "Motivation",
+        "Composition",
+        "Collection process",
+        "Preprocessing",
+        "Uses",
+        "Distribution",
+        "Maintenance",
+    ):
+        assert f"\n## {section}\n" in card
+    assert "Crown" in card and "Not provided" not in card
+    stats = json.loads((built_repo / "data/datacard.json").read_text())["statistics"]
+    assert len(stats["splits"]["train"]["sha256_tokens"]) == 64
+    assert stats["top_train_tokens"][0]["count"] >= stats["top_train_tokens"][-1]["count"]
+
+
+def test_user_corpus_card_marks_missing_fields(built_repo: Path) -> None:
+    params = load_params(built_repo / "params.yaml").corpus.model_copy(
+        update={
+            "source": "corpus/mine",
+            "card": load_params(built_repo / "params.yaml").corpus.card.model_copy(
+                update={"license": "cc-by-4.0", "motivation": "Testing."}
+            ),
+        }
+    )
+    stats = json.loads((built_repo / "data/datacard.json").read_text())["statistics"]
+    card = render_markdown(card_fields(params), stats)
+    assert "license: cc-by-4.0" in card and "Testing." in card
+    assert "Set `corpus.card.uses` in params.yaml" in card
+    assert "Set `corpus.card.composition` in params.yaml" in card
