@@ -20,6 +20,8 @@ from solomon.params import Params
 from solomon.report import charts, document
 from solomon.train.loop import read_log
 
+PIPELINE_OUTPUTS = ("dvc.lock", "metrics.json", "reports")
+
 
 def _git_state() -> dict:
     def git(*args: str) -> str | None:
@@ -30,7 +32,8 @@ def _git_state() -> dict:
             return None
 
     commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # Dirty means code or params differ from the commit; the pipeline's own outputs change during every run.
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":!{p}" for p in PIPELINE_OUTPUTS))
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 

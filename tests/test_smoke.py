@@ -1,0 +1,30 @@
+"""`solomon smoke` runs the whole pipeline in a scratch copy and leaves the workspace untouched."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+from test_corpus_errors import tree_digest
+
+from solomon.scratch import PIPELINE_FILES, pipeline_env
+
+
+def test_smoke_runs_everything_and_touches_nothing(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    for name in PIPELINE_FILES:
+        subprocess.run(["cp", "-r", str(ROOT / name), str(workspace / name)], check=True)
+    before = tree_digest(workspace)
+    solomon = str(Path(sys.executable).parent / "solomon")
+    done = subprocess.run(
+        [solomon, "smoke", "--source", str(workspace)], capture_output=True, text=True, env=pipeline_env()
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["metrics"]["val"]["bits_per_byte"] > 0
+    assert result["scratch"] is None
+    assert tree_digest(workspace) == before
