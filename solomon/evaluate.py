@@ -18,8 +18,8 @@ from solomon.atomic import write_json
 from solomon.errors import SolomonError
 from solomon.model import GPT
 from solomon.params import EvalParams
+from solomon.runtime import configure_torch
 from solomon.tokenizer import load_tokenizer, open_tokens, token_byte_lengths
-from solomon.train.loop import configure_torch
 
 EVAL_SPLITS = ("val", "test")
 

@@ -19,17 +19,13 @@ from solomon import weights
 from solomon.atomic import write_json, write_with
 from solomon.model import GPT, GPTConfig, cross_entropy
 from solomon.params import Params
+from solomon.runtime import configure_torch
 from solomon.tokenizer import open_tokens, read_meta
 from solomon.train.data_order import DataOrder
 from solomon.train.rng import stream_seed
 from solomon.train.schedule import NoamSchedule
 
 LOG_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
-
-
-def configure_torch(threads: int) -> None:
-    torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True)
 
 
 def build_model(params: Params, vocab_size: int) -> GPT:
