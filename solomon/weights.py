@@ -1,4 +1,10 @@
-"""The trained model on disk: ``model.safetensors`` (weights) beside ``config.json`` (architecture)."""
+"""The trained model on disk: ``model.safetensors`` (weights) beside ``config.json`` (architecture).
+
+The tied output projection (``lm_head.weight``) is the input embedding, so it is stored once, as
+``wte.weight``. Tensors are written in sorted order with one fixed metadata entry: the same weights always
+give the same file bytes (safetensors' own ``save_model`` orders its shared-tensor metadata by hash, which
+changes from process to process).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import json
 from pathlib import Path
 
 from safetensors import SafetensorError
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_file
 
 from solomon.atomic import staged_dir, write_json
 from solomon.errors import SolomonError
@@ -14,27 +20,36 @@ from solomon.model import GPT, GPTConfig
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
+TIED = "lm_head.weight"
 
 
 def save(model: GPT, out_dir: Path) -> None:
+    state = {name: tensor.contiguous() for name, tensor in sorted(model.state_dict().items()) if name != TIED}
     with staged_dir(out_dir) as tmp:
-        save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         write_json(tmp / CONFIG_FILE, model.config.to_dict())
 
 
 def load(model_dir: Path) -> GPT:
+    config_path, weights_path = model_dir / CONFIG_FILE, model_dir / WEIGHTS_FILE
     try:
-        config = GPTConfig(**json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise SolomonError(f"{model_dir / CONFIG_FILE} is missing: run the train stage (`dvc repro train`)") from None
+        config = GPTConfig(**json.loads(config_path.read_text(encoding="utf-8")))
+        state = load_file(str(weights_path))
+    except FileNotFoundError as exc:
+        raise SolomonError(f"{exc.filename} is missing: run the train stage (`dvc repro train`)") from None
     except (TypeError, json.JSONDecodeError) as exc:
-        raise SolomonError(f"{model_dir / CONFIG_FILE} is not a valid model config ({exc})") from None
+        raise SolomonError(f"{config_path} is not a valid model config ({exc})") from None
+    except SafetensorError as exc:
+        raise SolomonError(f"{weights_path} is not a readable safetensors file ({exc})") from None
     model = GPT(config)
     try:
-        load_model(model, str(model_dir / WEIGHTS_FILE))
-    except FileNotFoundError:
-        raise SolomonError(f"{model_dir / WEIGHTS_FILE} is missing: run the train stage") from None
-    except (SafetensorError, RuntimeError) as exc:
-        first = str(exc).splitlines()[0]
-        raise SolomonError(f"{model_dir / WEIGHTS_FILE} does not hold this model's weights: {first}") from None
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[1].strip() if "\n" in str(exc) else str(exc)
+        raise SolomonError(f"{weights_path} does not fit {config_path}: {first}") from None
+    if missing != [TIED] or unexpected:
+        raise SolomonError(
+            f"{weights_path} does not fit {config_path}: missing {[m for m in missing if m != TIED]}, "
+            f"unexpected {unexpected}"
+        )
     return model.eval()

@@ -70,3 +70,20 @@ def test_kjv_is_read_as_1189_chapters() -> None:
 def test_kjv_pin_mismatch_is_refused() -> None:
     with pytest.raises(SolomonError, match=r"not the pinned corpus\.kjv_sha256"):
         read_kjv("f" * 64)
+
+
+def test_glob_and_directory_sources_read_one_document_per_file(tmp_path: Path) -> None:
+    books = tmp_path / "corpus/books"
+    (books / "nested").mkdir(parents=True)
+    for i in range(40):
+        (books / f"{i:02d}.txt").write_text(f"Book {i}.\r\n\r\n\r\nThe end.", encoding="utf-8")
+    (books / "nested/extra.txt").write_text("Nested book.", encoding="utf-8")
+    (books / "notes.md").write_text("not a document", encoding="utf-8")
+    by_glob = prepare(params("corpus/books/*.txt"), tmp_path)
+    by_dir = prepare(params("corpus/books"), tmp_path)
+    assert sum(len(d) for d in by_glob.splits.values()) == 40
+    assert sum(len(d) for d in by_dir.splits.values()) == 41
+    ids = {d.id for docs in by_glob.splits.values() for d in docs}
+    assert "corpus/books/00.txt" in ids
+    texts = {d.text for docs in by_glob.splits.values() for d in docs}
+    assert "Book 0.\n\nThe end." in texts
