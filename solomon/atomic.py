@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from solomon.errors import SolomonError
+
 
 def _umask() -> int:
     current = os.umask(0)
@@ -83,7 +85,7 @@ def staged_dir(target: str | Path, *, replace: bool = True) -> Iterator[Path]:
                     os.fsync(handle.fileno())
         if target.exists():
             if not replace:
-                raise FileExistsError(f"{target} already exists and is never overwritten")
+                raise SolomonError(f"{target} already exists and is never overwritten: run again for a new one")
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from solomon.atomic import staged_dir, write_json
 from solomon.errors import SolomonError
+from solomon.hashing import sha256_file
 from solomon.params import CorpusParams
 
 SPLITS = ("train", "val", "test")
@@ -59,14 +60,6 @@ def normalise(text: str) -> str:
     text = "".join(ch if ch == "\n" or unicodedata.category(ch) != "Cc" else " " for ch in text)
     lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
     return _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _combined_sha256(files: list[Path], root: Path) -> str:

@@ -15,7 +15,8 @@ import yaml
 from tabulate import tabulate
 
 from solomon.atomic import canonical_json, write_text
-from solomon.corpus import SPLITS, read_split, read_summary, sha256_file
+from solomon.corpus import SPLITS, read_split, read_summary
+from solomon.hashing import sha256_file
 from solomon.params import CardParams, CorpusParams
 from solomon.tokenizer import load_tokenizer, open_tokens, read_meta
 

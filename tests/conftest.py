@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -16,6 +17,15 @@ DVC = str(Path(sys.executable).parent / "dvc")
 
 # One thread per process: torch with two threads beside another busy process slows down badly.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def tree_digest(root: Path) -> dict[str, str]:
+    """SHA256 of every file below ``root``, by relative path: equal digests mean an untouched tree."""
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def dvc(repo: Path, *args: str, check: bool = True):

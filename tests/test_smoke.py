@@ -7,8 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
-from test_corpus_errors import tree_digest
+from conftest import ROOT, tree_digest
 
 from solomon.scratch import PIPELINE_FILES, pipeline_env
 

@@ -15,7 +15,7 @@ import torch
 
 import solomon
 from solomon.atomic import canonical_json, staged_dir, write_json, write_text
-from solomon.corpus import sha256_file
+from solomon.hashing import sha256_file
 from solomon.params import Params
 from solomon.report import charts, document
 from solomon.train.loop import read_log

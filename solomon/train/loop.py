@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from solomon import weights
 from solomon.atomic import write_json, write_with
+from solomon.errors import SolomonError
 from solomon.model import GPT, GPTConfig, cross_entropy
 from solomon.params import Params
 from solomon.runtime import configure_torch
@@ -64,7 +65,7 @@ def train(params: Params, tokens_dir: Path, model_dir: Path, log_path: Path, met
 
         loss_value = loss.item()
         if not math.isfinite(loss_value):
-            raise FloatingPointError(f"loss became {loss_value} at step {step}: lower lr.peak or raise lr.warmup")
+            raise SolomonError(f"loss became {loss_value} at step {step + 1}: lower lr.peak or raise lr.warmup")
         rows.append(
             {
                 "step": step + 1,
