@@ -117,5 +117,13 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=False)
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+def cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0, reduction: str = "mean"
+) -> torch.Tensor:
+    """Token-level cross-entropy (in fp32 whatever the logits' dtype), optionally label-smoothed."""
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        targets.reshape(-1),
+        label_smoothing=label_smoothing,
+        reduction=reduction,
+    )

@@ -77,15 +77,47 @@ class ModelParams(_Section):
         return self
 
 
+class EarlyStoppingParams(_Section):
+    """Stop when val loss has not improved by more than ``min_delta`` for ``patience`` evaluations (null: never)."""
+
+    patience: PositiveInt | None = 5
+    min_delta: Annotated[float, Field(ge=0.0)] = 0.0
+
+
+class SampleParams(_Section):
+    """Generations from fixed prompts at every evaluation, drawn from their own random stream."""
+
+    prompts: list[str] = ["In the beginning", "And the LORD said", "Blessed are"]
+    temperature: Annotated[float, Field(gt=0.0)] = 0.8
+    top_k: PositiveInt | None = 40
+    max_new_tokens: Annotated[int, Field(ge=0)] = 48
+
+
 class TrainParams(_Section):
     seed: int = 1337
     max_steps: PositiveInt = 800
-    batch_size: PositiveInt = 16
+    batch_size: PositiveInt = 16  # sequences per optimiser step, across micro-batches (and ranks)
+    accum_steps: PositiveInt = 1  # micro-batches per optimiser step; must divide batch_size
+    label_smoothing: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.1
     beta1: Fraction = 0.9
     beta2: Fraction = 0.95
-    grad_clip: Annotated[float, Field(ge=0.0)] = 1.0
+    clip: Annotated[float, Field(ge=0.0)] = 1.0  # max global grad norm; 0 disables clipping
+    eval_interval: PositiveInt = 100
+    eval_tokens: PositiveInt = 8192  # size of the fixed validation subset used during training
+    early_stopping: EarlyStoppingParams = EarlyStoppingParams()
+    samples: SampleParams = SampleParams()
+    ckpt_interval: PositiveInt = 100
+    keep_checkpoints: PositiveInt = 3
+    compile: bool = False
+    precision: Literal["fp32", "bf16"] = "fp32"
     threads: PositiveInt = 2
+
+    @model_validator(mode="after")
+    def _accum_divides_batch(self) -> TrainParams:
+        if self.batch_size % self.accum_steps:
+            raise ValueError(f"accum_steps ({self.accum_steps}) must divide batch_size ({self.batch_size})")
+        return self
 
 
 class LrParams(_Section):

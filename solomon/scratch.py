@@ -20,7 +20,15 @@ PIPELINE_FILES = ("dvc.yaml", "params.yaml", "stages", "solomon", "corpus", ".dv
 TINY_OVERRIDES: dict = {
     "tokenizer": {"vocab_size": 512},
     "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32},
-    "train": {"max_steps": 30, "batch_size": 8, "threads": 1},
+    "train": {
+        "max_steps": 30,
+        "batch_size": 8,
+        "threads": 1,
+        "eval_interval": 10,
+        "eval_tokens": 1024,
+        "ckpt_interval": 10,
+        "samples": {"max_new_tokens": 8},
+    },
     "lr": {"warmup": 20},
     "eval": {"max_tokens": 4096, "batch_size": 16, "threads": 1},
 }

@@ -1,19 +1,25 @@
-"""Stage train: fit the GPT decoder on the train tokens → models/, the per-step log and train metrics."""
+"""Stage train: fit the GPT decoder on the train tokens, resuming from checkpoints/ after an interruption.
+
+Writes the best evaluated model to models/, the per-step log, the evaluation/sample log and train metrics.
+Exit status 128 + N after signal N (SIGTERM: 143, SIGINT: 130), once a checkpoint is written.
+"""
 
 import argparse
 from pathlib import Path
 
 from solomon.errors import run_main
 from solomon.params import load_params
-from solomon.train.loop import train
+from solomon.train.loop import TrainPaths, train
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    for name in ("tokens_dir", "model_dir", "log_path", "metrics_path"):
+    for name in ("tokens_dir", "tokenizer", "model_dir", "checkpoints", "steps_log", "evals_log", "metrics"):
         parser.add_argument(name, type=Path)
+    parser.add_argument("--fresh", action="store_true", help="delete existing checkpoints and start at step 0")
     args = parser.parse_args()
-    metrics = train(load_params(), args.tokens_dir, args.model_dir, args.log_path, args.metrics_path)
+    paths = TrainPaths(**{k: v for k, v in vars(args).items() if k != "fresh"})
+    metrics = train(load_params(), paths, fresh=args.fresh)
     print(f"train: {metrics}")
 
 

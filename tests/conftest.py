@@ -47,3 +47,30 @@ def repo_copy(built_repo: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "repo"
     shutil.copytree(built_repo, copy, symlinks=True)
     return copy
+
+
+@pytest.fixture
+def tiny_run(built_repo: Path, tmp_path: Path):
+    """Build (params, TrainPaths) for an in-process training run on the tiny pipeline's tokens."""
+    import yaml
+
+    from solomon.params import Params
+    from solomon.scratch import merge
+    from solomon.train.loop import TrainPaths
+
+    def make(overrides: dict | None = None, out: Path | None = None):
+        base = yaml.safe_load((built_repo / "params.yaml").read_text())
+        params = Params.model_validate(merge(base, overrides or {}))
+        out = out or tmp_path
+        paths = TrainPaths(
+            tokens_dir=built_repo / "data/tokens",
+            tokenizer=built_repo / "data/tokenizer.json",
+            model_dir=out / "models",
+            checkpoints=out / "checkpoints",
+            steps_log=out / "train_log.tsv",
+            evals_log=out / "train_evals.jsonl",
+            metrics=out / "train_metrics.json",
+        )
+        return params, paths
+
+    return make

@@ -10,6 +10,7 @@ from solomon.errors import SolomonError
 from solomon.model import GPT, GPTConfig
 from solomon.params import LrParams
 from solomon.train.data_order import DataOrder
+from solomon.train.loop import train
 from solomon.train.rng import stream_seed
 from solomon.train.schedule import NoamSchedule
 
@@ -73,22 +74,8 @@ def test_random_streams_are_distinct_and_stable() -> None:
     assert stream_seed(1337, "data") == stream_seed(1337, "data")
 
 
-def test_diverging_loss_is_a_one_line_error(tmp_path) -> None:
-    from solomon.params import Params
-    from solomon.train.loop import train
-
-    tokens = tmp_path / "tokens"
-    tokens.mkdir()
-    np.random.default_rng(0).integers(0, 50, 5000).astype("<u2").tofile(tokens / "train.bin")
-    (tokens / "meta.json").write_text('{"dtype": "<u2", "vocab_size": 50}')
-    params = Params.model_validate(
-        {
-            "corpus": {"kjv_sha256": "0" * 64},
-            "model": {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8},
-            "train": {"max_steps": 50, "batch_size": 4, "threads": 1, "grad_clip": 0.0},
-            "lr": {"peak": 1e6, "warmup": 1},
-        }
-    )
+def test_diverging_loss_is_a_one_line_error(tiny_run) -> None:
+    params, paths = tiny_run({"train": {"clip": 0.0}, "lr": {"peak": 1e6, "warmup": 1}})
     with pytest.raises(SolomonError, match=r"loss became (nan|inf|-inf) at step \d+: lower lr\.peak"):
-        train(params, tokens, tmp_path / "models", tmp_path / "log.tsv", tmp_path / "m.json")
-    assert not (tmp_path / "models").exists() and not (tmp_path / "log.tsv").exists()
+        train(params, paths)
+    assert not paths.model_dir.exists()

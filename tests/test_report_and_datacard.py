@@ -17,6 +17,7 @@ REPORT_INPUTS = {
     "metrics": "metrics.json",
     "train_metrics": "reports/train_metrics.json",
     "train_log": "reports/train_log.tsv",
+    "train_evals": "reports/train_evals.jsonl",
     "datacard_md": "data/datacard.md",
     "datacard_json": "data/datacard.json",
     "model": "models/model.safetensors",
@@ -33,6 +34,8 @@ def test_html_report_is_self_contained_and_has_both_curves(built_repo: Path) -> 
     markdown = (built_repo / latest["path"] / "report.md").read_text()
     assert "![loss](loss.png)" in markdown and "![lr](lr.png)" in markdown
     assert "bits_per_byte" in markdown and "lr.warmup" in markdown
+    assert "## Samples at each evaluation" in markdown and "In the beginning" in markdown
+    assert "## Evaluations during training (fixed validation subset)" in markdown
 
 
 def test_a_new_run_never_touches_an_older_one(repo_copy: Path) -> None:

@@ -18,7 +18,7 @@ from solomon.atomic import canonical_json, staged_dir, write_json, write_text
 from solomon.hashing import sha256_file
 from solomon.params import Params
 from solomon.report import charts, document
-from solomon.train.loop import read_log
+from solomon.train.run_log import read_evals, read_steps
 
 PIPELINE_OUTPUTS = ("dvc.lock", "metrics.json", "reports")
 
@@ -37,6 +37,11 @@ def _git_state() -> dict:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
+def _one_line(text: str) -> str:
+    """Generated text in a table cell: newlines shown as ⏎, pipes escaped for Markdown tables."""
+    return text.replace("\n", " ⏎ ").replace("|", "\\|")
+
+
 def make_run_id(now: datetime, inputs: dict) -> str:
     digest = hashlib.sha256(canonical_json(inputs).encode("utf-8")).hexdigest()
     return f"{now:%Y%m%dT%H%M%SZ}-{digest[:8]}"
@@ -50,14 +55,16 @@ def create_run(
     latest_path: Path,
     now: datetime | None = None,
 ) -> Path:
-    """``files`` names the inputs: metrics, train_metrics, train_log, datacard_md, datacard_json, model, tokenizer."""
+    """``files`` names the inputs: metrics, train_metrics, train_log, train_evals, datacard_md, datacard_json,
+    model, tokenizer."""
     now = now or datetime.now(UTC)
     hashes = {name: sha256_file(path) for name, path in sorted(files.items())}
     hashes["params"] = sha256_file(params_path)
     run_id = make_run_id(now, hashes)
     metrics = json.loads(files["metrics"].read_text(encoding="utf-8"))
     train_metrics = json.loads(files["train_metrics"].read_text(encoding="utf-8"))
-    rows = read_log(files["train_log"])
+    rows = read_steps(files["train_log"])
+    evals = read_evals(files["train_evals"])
     run_info = {
         "run_id": run_id,
         "created_utc": now.isoformat(timespec="seconds"),
@@ -69,7 +76,7 @@ def create_run(
     with staged_dir(target, replace=False) as tmp:
         shutil.copyfile(params_path, tmp / "params.yaml")
         write_json(tmp / "hyperparameters.json", params.model_dump(mode="json"))
-        for name in ("metrics", "train_metrics", "train_log"):
+        for name in ("metrics", "train_metrics", "train_log", "train_evals"):
             shutil.copyfile(files[name], tmp / files[name].name)
         shutil.copyfile(files["datacard_md"], tmp / "datacard.md")
         shutil.copyfile(files["datacard_json"], tmp / "datacard.json")
@@ -86,6 +93,17 @@ def create_run(
         tables = {
             "Held-out metrics": document.metrics_table(metrics),
             "Training": document.key_value_table(train_metrics),
+            "Evaluations during training (fixed validation subset)": (
+                ["step", "val loss", "val perplexity", "val bits/byte", "new best"],
+                [
+                    [e["step"], e["val_loss"], e["val_perplexity"], e["val_bits_per_byte"], "yes" if e["best"] else ""]
+                    for e in evals
+                ],
+            ),
+            "Samples at each evaluation": (
+                ["step", "prompt", "completion"],
+                [[e["step"], s["prompt"], _one_line(s["completion"])] for e in evals for s in e["samples"]],
+            ),
             "Hyperparameters": document.key_value_table(params.model_dump(mode="json")),
             "Inputs (SHA256)": (["file", "sha256"], [[k, v] for k, v in hashes.items()]),
         }

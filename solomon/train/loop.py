@@ -1,14 +1,20 @@
-"""The training loop. Reads top to bottom: set up, then one optimiser step per iteration, then save.
+"""The training loop. Reads top to bottom: set up (or resume), then one optimiser step per iteration with
+evaluation, samples and checkpoints at their intervals, then write the best model.
 
-Every step appends a row to the TSV log (step, tokens, loss, lr, grad_norm, tokens_per_s); the model is
-written as safetensors at the end. Exact resume from checkpoints is the next layer on top of this loop.
+Everything a step depends on is either a pure function of (seed, step) — the batch — or saved in the
+checkpoint — weights, optimiser moments, the dropout RNG, early-stopping state — so a run killed at any moment
+and resumed from its latest checkpoint ends bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import math
+import shutil
+import signal
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,17 +22,53 @@ import torch
 from tqdm import tqdm
 
 from solomon import weights
-from solomon.atomic import write_json, write_with
+from solomon.atomic import write_json
 from solomon.errors import SolomonError
+from solomon.evaluate import evaluate_tokens
 from solomon.model import GPT, GPTConfig, cross_entropy
 from solomon.params import Params
 from solomon.runtime import configure_torch
-from solomon.tokenizer import open_tokens, read_meta
+from solomon.tokenizer import load_tokenizer, open_tokens, read_meta, token_byte_lengths
+from solomon.train import faults
+from solomon.train.checkpoint import CheckpointManager
 from solomon.train.data_order import DataOrder
+from solomon.train.early_stopping import EarlyStopping
+from solomon.train.fingerprint import fingerprint, first_difference
 from solomon.train.rng import stream_seed
+from solomon.train.run_log import RunLog, read_steps
+from solomon.train.sampling import generate
 from solomon.train.schedule import NoamSchedule
 
-LOG_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
+BEST_DIR = "best"
+
+
+@dataclass(frozen=True)
+class TrainPaths:
+    tokens_dir: Path
+    tokenizer: Path
+    model_dir: Path
+    checkpoints: Path
+    steps_log: Path
+    evals_log: Path
+    metrics: Path
+
+
+class StopSignals:
+    """Turns SIGTERM/SIGINT into a flag the loop checks after each step: checkpoint, then exit 128 + signal."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+
+    def __enter__(self) -> StopSignals:
+        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def _handle(self, signum: int, _frame) -> None:
+        self.received = signum
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
 
 
 def build_model(params: Params, vocab_size: int) -> GPT:
@@ -35,76 +77,235 @@ def build_model(params: Params, vocab_size: int) -> GPT:
     return GPT(config)
 
 
-def train(params: Params, tokens_dir: Path, model_dir: Path, log_path: Path, metrics_path: Path) -> dict:
-    configure_torch(params.train.threads)
-    tokens = open_tokens(tokens_dir, "train")
-    model = build_model(params, read_meta(tokens_dir)["vocab_size"])
-    torch.manual_seed(stream_seed(params.train.seed, "dropout"))
+def sample_seed(seed: int, step: int, prompt_index: int) -> int:
+    """Sampling's own stream: a pure function of (seed, step, prompt), untouched by training."""
+    return (stream_seed(seed, "sampling") + 1_000_003 * step + prompt_index) % 2**63
+
+
+def accumulate_gradients(
+    model: torch.nn.Module,
+    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+    label_smoothing: float,
+    autocast=contextlib.nullcontext,
+) -> float:
+    """Backpropagate one optimiser step's micro-batches; return the step's mean loss per target token.
+
+    Token-weighted: each micro-batch's summed loss is divided by the target count of the whole step, so k
+    micro-batches give the gradient of one batch k times larger, even when they hold different token counts.
+    """
+    n_targets = sum(targets.numel() for _, targets in micro_batches)
+    total = 0.0
+    for inputs, targets in micro_batches:
+        with autocast():
+            logits = model(inputs)
+        loss = cross_entropy(logits, targets, label_smoothing, reduction="sum") / n_targets
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
     cfg = params.train
-    data_order = DataOrder(stream_seed(cfg.seed, "data"), len(tokens), params.model.block_size, cfg.batch_size)
+    configure_torch(cfg.threads)
+    tokens = open_tokens(paths.tokens_dir, "train")
+    val_tokens = open_tokens(paths.tokens_dir, "val")
+    tokenizer = load_tokenizer(paths.tokenizer)
+    eod_id = read_meta(paths.tokens_dir).get("eod_id")
+    byte_lengths = token_byte_lengths(tokenizer)
+
+    model = build_model(params, read_meta(paths.tokens_dir)["vocab_size"])
+    step_model = torch.compile(model) if cfg.compile else model
+    autocast = (
+        (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.precision == "bf16" else contextlib.nullcontext
+    )
     schedule = NoamSchedule(params.lr)
     optimizer = model.configure_optimizer(schedule.lr(0), cfg.weight_decay, (cfg.beta1, cfg.beta2))
-    max_norm = cfg.grad_clip if cfg.grad_clip > 0 else math.inf
-    tokens_per_step = cfg.batch_size * params.model.block_size
+    data_order = DataOrder(
+        stream_seed(cfg.seed, "data"), len(tokens), params.model.block_size, cfg.batch_size, cfg.accum_steps
+    )
+    stopper = EarlyStopping(cfg.early_stopping)
+    torch.manual_seed(stream_seed(cfg.seed, "dropout"))
+    current = fingerprint(params, paths.tokens_dir, paths.tokenizer)
+    checkpoints = CheckpointManager(paths.checkpoints, cfg.keep_checkpoints)
+    best_dir = paths.checkpoints / BEST_DIR
 
-    rows: list[dict] = []
-    model.train()
-    started = time.perf_counter()
-    progress = tqdm(range(cfg.max_steps), desc="train", unit="step", mininterval=2.0)
-    for step in progress:
-        step_started = time.perf_counter()
-        lr = schedule.lr(step)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        inputs, targets = data_order.batch(tokens, step)
-        loss = cross_entropy(model(inputs), targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-        optimizer.step()
+    # Resume from the latest valid checkpoint unless told to start over.
+    checkpoints.remove_partial()
+    if fresh:
+        checkpoints.clear()
+        shutil.rmtree(best_dir, ignore_errors=True)
+    loaded = checkpoints.load_latest()
+    if loaded is not None:
+        difference = first_difference(loaded.state["fingerprint"], current)
+        if difference and checkpoints.read_index()["completed"]:
+            print(
+                f"train: {difference[0]} changed since the finished run in {paths.checkpoints}; starting over",
+                file=sys.stderr,
+            )
+            checkpoints.clear()
+            shutil.rmtree(best_dir, ignore_errors=True)
+            loaded = None
+        elif difference:
+            key, old, new = difference
+            raise SolomonError(
+                f"resume refused: {key} differs from the checkpoint at step {loaded.step} ({old!r} → {new!r}); "
+                "restore it, or start over with `python stages/train.py --fresh …` (or delete "
+                f"{paths.checkpoints})"
+            )
+    start = 0
+    if loaded is not None:
+        state = loaded.state
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        data_order.load_state_dict(state["data_order"])
+        stopper.load_state_dict(state["early_stopping"])
+        torch.set_rng_state(state["rng"]["torch"])
+        start = loaded.step
+        print(f"train: resuming from {loaded.path} (step {start})", file=sys.stderr)
+    checkpoints.mark_completed(False)
 
-        loss_value = loss.item()
-        if not math.isfinite(loss_value):
-            raise SolomonError(f"loss became {loss_value} at step {step + 1}: lower lr.peak or raise lr.warmup")
-        rows.append(
+    def checkpoint_state(step: int) -> dict:
+        return {
+            "step": step,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "data_order": data_order.state_dict(),
+            "early_stopping": stopper.state_dict(),
+            "rng": {"torch": torch.get_rng_state()},
+            "log_step": step,
+            "fingerprint": current,
+            "environment": {
+                "torch": str(torch.__version__),
+                "threads": torch.get_num_threads(),
+                "precision": cfg.precision,
+                "compile": cfg.compile,
+            },
+        }
+
+    def evaluate_and_sample(step: int) -> None:
+        model.eval()
+        metrics = evaluate_tokens(model, val_tokens, byte_lengths, params.eval.batch_size, cfg.eval_tokens)
+        samples = []
+        for index, prompt in enumerate(cfg.samples.prompts):
+            prompt_ids = tokenizer.encode(prompt).ids
+            generator = torch.Generator().manual_seed(sample_seed(cfg.seed, step, index))
+            new_ids = generate(
+                model,
+                prompt_ids,
+                cfg.samples.max_new_tokens,
+                cfg.samples.temperature,
+                cfg.samples.top_k,
+                generator,
+                stop_id=eod_id,
+            )
+            samples.append({"prompt": prompt, "completion": tokenizer.decode(new_ids)})
+        model.train()
+        improved = stopper.update(step, metrics["loss"])
+        if improved:
+            weights.save(model, best_dir)
+        run_log.evaluation(
             {
-                "step": step + 1,
-                "tokens": (step + 1) * tokens_per_step,
-                "loss": loss_value,
-                "lr": lr,
-                "grad_norm": grad_norm.item(),
-                "tokens_per_s": tokens_per_step / (time.perf_counter() - step_started),
+                "step": step,
+                "val_loss": metrics["loss"],
+                "val_perplexity": metrics["perplexity"],
+                "val_bits_per_byte": metrics["bits_per_byte"],
+                "best": improved,
+                "samples": samples,
             }
         )
-        progress.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", refresh=False)
-    elapsed = time.perf_counter() - started
 
-    weights.save(model, model_dir)
-    write_log(log_path, rows)
-    tail = [r["loss"] for r in rows[-max(1, len(rows) // 10) :]]
+    run_log = RunLog(paths.steps_log, paths.evals_log)
+    run_log.start(start)
+    tokens_per_step = cfg.batch_size * params.model.block_size
+    max_norm = cfg.clip if cfg.clip > 0 else math.inf
+    started = time.perf_counter()
+    model.train()
+    exit_code = None
+    done = start
+    with StopSignals() as stop_signals:
+        progress = tqdm(
+            range(start, cfg.max_steps), desc="train", unit="step", mininterval=2.0, initial=start, total=cfg.max_steps
+        )
+        for step in progress:
+            step_started = time.perf_counter()
+            lr = schedule.lr(step)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            micro_batches = [data_order.batch(tokens, step, m) for m in range(cfg.accum_steps)]
+            optimizer.zero_grad(set_to_none=True)
+            loss_sum = accumulate_gradients(step_model, micro_batches, cfg.label_smoothing, autocast)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+            optimizer.step()
+            if not math.isfinite(loss_sum):
+                raise SolomonError(f"loss became {loss_sum} at step {step + 1}: lower lr.peak or raise lr.warmup")
+
+            done = step + 1
+            run_log.step(
+                {
+                    "step": done,
+                    "tokens": done * tokens_per_step,
+                    "loss": loss_sum,
+                    "lr": lr,
+                    "grad_norm": grad_norm,
+                    "tokens_per_s": tokens_per_step / (time.perf_counter() - step_started),
+                }
+            )
+            progress.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.2e}", refresh=False)
+            if done % cfg.eval_interval == 0 or done == cfg.max_steps:
+                evaluate_and_sample(done)
+                faults.maybe_crash("after-eval", done)
+            finished = done == cfg.max_steps or stopper.should_stop
+            if done % cfg.ckpt_interval == 0 or finished or stop_signals.received:
+                checkpoints.save(done, checkpoint_state(done))
+            faults.maybe_crash("after-step", done)
+            if stop_signals.received:
+                exit_code = 128 + stop_signals.received
+                print(
+                    f"train: signal {stop_signals.received} at step {done}; checkpoint written, exiting "
+                    f"with {exit_code}; `dvc repro` resumes",
+                    file=sys.stderr,
+                )
+                break
+            if stopper.should_stop:
+                print(
+                    f"train: early stop at step {done}; best val loss {stopper.best:.4f} at step {stopper.best_step}",
+                    file=sys.stderr,
+                )
+                break
+        progress.close()
+    run_log.close()
+    if exit_code is not None:
+        raise SystemExit(exit_code)
+
+    elapsed = time.perf_counter() - started
+    if not best_dir.is_dir():
+        raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
+    shutil.rmtree(paths.model_dir, ignore_errors=True)
+    shutil.copytree(best_dir, paths.model_dir)
+    checkpoints.mark_completed(True)
+    steps_here = done - start
     metrics = {
-        "steps": cfg.max_steps,
-        "tokens": cfg.max_steps * tokens_per_step,
-        "final_loss": round(float(np.mean(tail)), 6),
+        "steps": done,
+        "tokens": done * tokens_per_step,
+        "final_loss": round(mean_tail_loss(read_steps(paths.steps_log)), 6),
+        "best_step": stopper.best_step,
+        "best_val_loss": round(stopper.best, 6),
+        "stopped_early": stopper.should_stop,
         "parameters": model.num_params(non_embedding=False),
+        "resumed_from_step": start,
         "wall_s": round(elapsed, 2),
-        "tokens_per_s": round(cfg.max_steps * tokens_per_step / elapsed, 1),
+        "tokens_per_s": round(steps_here * tokens_per_step / elapsed, 1) if steps_here else None,
+        "precision": cfg.precision,
+        "compile": cfg.compile,
+        "threads": cfg.threads,
     }
-    write_json(metrics_path, metrics)
+    write_json(paths.metrics, metrics)
     return metrics
 
 
-def write_log(path: Path, rows: list[dict]) -> None:
-    def writer(tmp: Path) -> None:
-        with open(tmp, "w", newline="", encoding="utf-8") as handle:
-            out = csv.DictWriter(handle, fieldnames=LOG_COLUMNS, delimiter="\t", lineterminator="\n")
-            out.writeheader()
-            for row in rows:
-                out.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
-
-    write_with(path, writer)
-
-
-def read_log(path: Path) -> list[dict]:
-    with open(path, encoding="utf-8", newline="") as handle:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle, delimiter="\t")]
+def mean_tail_loss(rows: list[dict]) -> float:
+    """Mean training loss over the last tenth of the steps: a less noisy figure than the last step's."""
+    tail = [r["loss"] for r in rows[-max(1, len(rows) // 10) :]]
+    return float(np.mean(tail))

@@ -1,0 +1,121 @@
+"""Checkpoints: atomic files, an index with each file's SHA256, the last K kept, verified before loading.
+
+``checkpoints/index.json`` lists the checkpoints that were completely written, oldest first. A checkpoint file
+is written to a temporary name, fsynced and renamed before the index names it, so a kill at any moment leaves
+the newest listed checkpoint whole. Loading checks the SHA256 first and unpickles with ``weights_only=True``
+(tensors and plain containers only), so a tampered file can never run code. A file that fails either check is
+reported and the previous one is used.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from solomon.atomic import write_json, write_with
+from solomon.hashing import sha256_file
+from solomon.train import faults
+
+INDEX_FILE = "index.json"
+
+
+@dataclass(frozen=True)
+class Loaded:
+    step: int
+    path: Path
+    state: dict
+
+
+def _unpickling_reason(exc: Exception) -> str:
+    """The one informative line of torch.load's long message (e.g. 'Unsupported global: GLOBAL posix.system')."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    for line in lines:
+        if "WeightsUnpickler error:" in line:
+            return line.split("WeightsUnpickler error:", 1)[1].strip().split(" was not an allowed")[0]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+class CheckpointManager:
+    def __init__(self, directory: Path, keep: int) -> None:
+        self.directory = directory
+        self.keep = keep
+
+    @property
+    def index_path(self) -> Path:
+        return self.directory / INDEX_FILE
+
+    def read_index(self) -> dict:
+        try:
+            index = json.loads(self.index_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {"checkpoints": [], "completed": False}
+        except json.JSONDecodeError:
+            _warn(f"{self.index_path} is unreadable; ignoring the checkpoints it listed")
+            return {"checkpoints": [], "completed": False}
+        return index
+
+    def save(self, step: int, state: dict) -> Path:
+        path = self.directory / f"step-{step:08d}.pt"
+
+        def writer(tmp: Path) -> None:
+            torch.save(state, tmp)
+            faults.maybe_crash("checkpoint-write", step)
+
+        write_with(path, writer)
+        index = self.read_index()
+        entries = [e for e in index["checkpoints"] if e["step"] != step]
+        entries.append({"step": step, "file": path.name, "sha256": sha256_file(path)})
+        entries.sort(key=lambda e: e["step"])
+        stale, kept = entries[: -self.keep], entries[-self.keep :]
+        write_json(self.index_path, {"checkpoints": kept, "completed": False})
+        for entry in stale:
+            (self.directory / entry["file"]).unlink(missing_ok=True)
+        return path
+
+    def mark_completed(self, completed: bool = True) -> None:
+        index = self.read_index()
+        write_json(self.index_path, {"checkpoints": index["checkpoints"], "completed": completed})
+
+    def load_latest(self) -> Loaded | None:
+        """The newest checkpoint that passes its SHA256 check and loads safely; None when there is none."""
+        for entry in reversed(self.read_index()["checkpoints"]):
+            path = self.directory / entry["file"]
+            if not path.is_file():
+                _warn(f"checkpoint {path} is missing; trying the previous one")
+                continue
+            actual = sha256_file(path)
+            if actual != entry["sha256"]:
+                _warn(
+                    f"checkpoint {path} is corrupt (SHA256 {actual[:12]}…, index says {entry['sha256'][:12]}…); "
+                    "using the previous one"
+                )
+                continue
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+                reason = _unpickling_reason(exc)
+                _warn(f"checkpoint {path} refused: not a plain tensor checkpoint ({reason}); using the previous one")
+                continue
+            return Loaded(entry["step"], path, state)
+        return None
+
+    def remove_partial(self) -> None:
+        """Delete temporary files of checkpoint writes that a kill interrupted."""
+        for partial in self.directory.glob(".*.tmp"):
+            partial.unlink()
+
+    def clear(self) -> None:
+        for entry in self.read_index()["checkpoints"]:
+            (self.directory / entry["file"]).unlink(missing_ok=True)
+        for stray in self.directory.glob("*.pt"):
+            stray.unlink()
+        self.index_path.unlink(missing_ok=True)

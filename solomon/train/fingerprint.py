@@ -1,0 +1,62 @@
+"""What a checkpoint belongs to: params, data, tokenizer, code and environment, flattened to named values.
+
+Resume compares the checkpoint's fingerprint with the current one and names the first key that differs.
+Params in ``RESUMABLE_PARAMS`` may change between an interruption and its resume: they do not alter the
+batches or updates of the steps already taken.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+import solomon
+from solomon.hashing import sha256_file
+from solomon.params import Params
+
+RESUMABLE_PARAMS = frozenset({"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints"})
+CODE_FILES = (
+    "model.py",
+    "runtime.py",
+    "train/loop.py",
+    "train/data_order.py",
+    "train/schedule.py",
+    "train/rng.py",
+    "train/early_stopping.py",
+    "train/sampling.py",
+)
+
+
+def _flatten(prefix: str, value, out: dict) -> None:
+    if isinstance(value, dict):
+        for key, inner in sorted(value.items()):
+            _flatten(f"{prefix}.{key}", inner, out)
+    else:
+        out[prefix] = value
+
+
+def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -> dict:
+    root = Path(solomon.__file__).parent
+    values: dict = {}
+    train_params = params.model_dump(mode="json", include={"model", "train", "lr"})
+    _flatten("params", train_params, values)
+    for key in RESUMABLE_PARAMS:
+        values.pop(f"params.{key}", None)
+    values["data.train.bin"] = sha256_file(tokens_dir / "train.bin")
+    values["data.val.bin"] = sha256_file(tokens_dir / "val.bin")
+    if tokenizer_path is not None:
+        values["tokenizer"] = sha256_file(tokenizer_path)
+    for name in CODE_FILES:
+        values[f"code.solomon/{name}"] = sha256_file(root / name)
+    # Threads, precision and compile are params (train.*) and so already above.
+    values["environment.torch"] = str(torch.__version__)
+    values["environment.deterministic"] = torch.are_deterministic_algorithms_enabled()
+    return values
+
+
+def first_difference(saved: dict, current: dict) -> tuple[str, object, object] | None:
+    for key in sorted(set(saved) | set(current)):
+        if saved.get(key) != current.get(key):
+            return key, saved.get(key), current.get(key)
+    return None

@@ -1,0 +1,231 @@
+"""Exact resume with real subprocesses and real signals: SIGKILL at chosen and arbitrary moments, SIGTERM,
+corrupt and malicious checkpoints, and refusal when what the checkpoint belongs to has changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from solomon.scratch import merge, pipeline_env
+from solomon.train.run_log import DETERMINISTIC_COLUMNS
+
+TRAIN = str(ROOT / "stages/train.py")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def workdir(built_repo: Path, path: Path, overrides: dict | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    params = merge(yaml.safe_load((built_repo / "params.yaml").read_text()), overrides or {})
+    (path / "params.yaml").write_text(yaml.safe_dump(params))
+    return path
+
+
+def train_args(built_repo: Path, tokens_dir: Path | None = None) -> list[str]:
+    return [
+        sys.executable,
+        TRAIN,
+        str(tokens_dir or built_repo / "data/tokens"),
+        str(built_repo / "data/tokenizer.json"),
+        "models",
+        "checkpoints",
+        "train_log.tsv",
+        "train_evals.jsonl",
+        "train_metrics.json",
+    ]
+
+
+def run_train(
+    built_repo: Path,
+    cwd: Path,
+    crash_at: str | None = None,
+    tokens_dir: Path | None = None,
+    extra: tuple[str, ...] = (),
+) -> subprocess.CompletedProcess:
+    env = pipeline_env()
+    env.pop("SOLOMON_CRASH_AT", None)
+    if crash_at:
+        env["SOLOMON_CRASH_AT"] = crash_at
+    return subprocess.run(
+        [*train_args(built_repo, tokens_dir), *extra], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+def start_train(built_repo: Path, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        train_args(built_repo), cwd=cwd, env=pipeline_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def logged_steps(cwd: Path) -> int:
+    path = cwd / "train_log.tsv"
+    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
+
+
+def wait_for_steps(process: subprocess.Popen, cwd: Path, steps: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while logged_steps(cwd) < steps:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no step {steps} within {timeout} s"
+        time.sleep(0.01)
+
+
+def outcome(cwd: Path) -> dict:
+    """What must match between an interrupted-and-resumed run and an uninterrupted one."""
+    steps = [
+        line.split("\t")[: len(DETERMINISTIC_COLUMNS)] for line in (cwd / "train_log.tsv").read_text().splitlines()
+    ]
+    return {
+        "model": digest(cwd / "models/model.safetensors"),
+        "steps": steps,
+        "evals": (cwd / "train_evals.jsonl").read_text(),
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(built_repo: Path, tmp_path_factory) -> dict:
+    """Uninterrupted tiny run (30 steps, evaluation with samples and a checkpoint every 10)."""
+    cwd = workdir(built_repo, tmp_path_factory.mktemp("reference"))
+    done = run_train(built_repo, cwd)
+    assert done.returncode == 0, done.stderr
+    return outcome(cwd)
+
+
+def test_uninterrupted_training_is_bit_identical_across_processes(
+    built_repo: Path, reference: dict, tmp_path: Path
+) -> None:
+    cwd = workdir(built_repo, tmp_path)
+    assert run_train(built_repo, cwd).returncode == 0
+    assert outcome(cwd) == reference
+    # ...and the DVC stage (another process, another hash seed) wrote the very same model and log.
+    assert reference["model"] == digest(built_repo / "models/model.safetensors")
+    dvc_steps = (built_repo / "reports/train_log.tsv").read_text().splitlines()
+    assert [line.split("\t")[: len(DETERMINISTIC_COLUMNS)] for line in dvc_steps] == reference["steps"]
+    assert len(reference["steps"]) == 31 and reference["evals"].count("\n") == 3
+
+
+def test_sigkill_at_three_points_then_resume_is_exact(built_repo: Path, reference: dict, tmp_path: Path) -> None:
+    cwd = workdir(built_repo, tmp_path)
+    # 1. Right after the evaluation (with samples) of step 20, before its checkpoint: resumes from step 10.
+    killed = run_train(built_repo, cwd, crash_at="after-eval:20")
+    assert killed.returncode == -signal.SIGKILL
+    assert json.loads((cwd / "checkpoints/index.json").read_text())["checkpoints"][-1]["step"] == 10
+    # 2. In the middle of writing the checkpoint of step 20: the partial file is never used.
+    killed = run_train(built_repo, cwd, crash_at="checkpoint-write:20")
+    assert killed.returncode == -signal.SIGKILL
+    assert "resuming from" in killed.stderr and "(step 10)" in killed.stderr
+    assert list((cwd / "checkpoints").glob(".*.tmp")), "the kill should leave a half-done temporary file"
+    # 3. Between checkpoints (step 25), after the checkpoint of step 20 was written.
+    killed = run_train(built_repo, cwd, crash_at="after-step:25")
+    assert killed.returncode == -signal.SIGKILL
+    assert logged_steps(cwd) == 25
+    finished = run_train(built_repo, cwd)
+    assert finished.returncode == 0, finished.stderr
+    assert "(step 20)" in finished.stderr
+    assert not list((cwd / "checkpoints").glob(".*.tmp"))
+    assert outcome(cwd) == reference
+
+
+@pytest.fixture(scope="module")
+def long_reference(built_repo: Path, tmp_path_factory) -> dict:
+    cwd = workdir(built_repo, tmp_path_factory.mktemp("long"), {"train": {"max_steps": 150}})
+    assert run_train(built_repo, cwd).returncode == 0
+    return outcome(cwd)
+
+
+def test_sigterm_checkpoints_and_exits_143_then_sigkill_anywhere_and_resume_is_exact(
+    built_repo: Path, long_reference: dict, tmp_path: Path
+) -> None:
+    cwd = workdir(built_repo, tmp_path, {"train": {"max_steps": 150}})
+    process = start_train(built_repo, cwd)
+    wait_for_steps(process, cwd, 33)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    stopped_at = logged_steps(cwd)
+    index = json.loads((cwd / "checkpoints/index.json").read_text())
+    assert index["checkpoints"][-1]["step"] == stopped_at  # the signal's own checkpoint
+    assert "checkpoint written, exiting with 143" in stderr
+
+    process = start_train(built_repo, cwd)  # resumes, then dies by SIGKILL at whatever step it has reached
+    wait_for_steps(process, cwd, stopped_at + 40)
+    process.kill()
+    process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    finished = run_train(built_repo, cwd)
+    assert finished.returncode == 0, finished.stderr
+    assert outcome(cwd) == long_reference
+
+
+def test_resume_is_refused_when_params_or_data_changed(built_repo: Path, tmp_path: Path) -> None:
+    cwd = workdir(built_repo, tmp_path)
+    assert run_train(built_repo, cwd, crash_at="after-step:15").returncode == -signal.SIGKILL
+    workdir(built_repo, cwd, {"lr": {"peak": 0.002}})
+    refused = run_train(built_repo, cwd)
+    assert refused.returncode == 2
+    lines = refused.stderr.strip().splitlines()
+    assert lines[-1].startswith(
+        "error: resume refused: params.lr.peak differs from the checkpoint at step 10 (0.001 → 0.002)"
+    ), refused.stderr
+
+    workdir(built_repo, cwd)  # params back as they were; now the data differs
+    tokens = tmp_path / "other_tokens"
+    shutil.copytree(built_repo / "data/tokens", tokens)
+    data = bytearray((tokens / "train.bin").read_bytes())
+    data[100] ^= 1
+    (tokens / "train.bin").write_bytes(bytes(data))
+    refused = run_train(built_repo, cwd, tokens_dir=tokens)
+    assert refused.returncode == 2
+    assert "error: resume refused: data.train.bin differs" in refused.stderr
+
+    allowed = run_train(built_repo, workdir(built_repo, cwd, {"train": {"max_steps": 40}}))
+    assert allowed.returncode == 0, allowed.stderr  # max_steps may change on resume
+    assert logged_steps(cwd) == 40
+    fresh = run_train(built_repo, workdir(built_repo, cwd, {"lr": {"peak": 0.002}}), extra=("--fresh",))
+    assert fresh.returncode == 0, fresh.stderr
+    assert "resuming" not in fresh.stderr
+
+
+def test_finished_run_with_changed_params_starts_over(built_repo: Path, tmp_path: Path) -> None:
+    cwd = workdir(built_repo, tmp_path)
+    assert run_train(built_repo, cwd).returncode == 0
+    changed = run_train(built_repo, workdir(built_repo, cwd, {"lr": {"warmup": 5}}))
+    assert changed.returncode == 0, changed.stderr
+    assert "changed since the finished run" in changed.stderr and "resuming" not in changed.stderr
+    assert logged_steps(cwd) == 30
+
+
+def test_malicious_checkpoint_is_refused_and_never_runs(built_repo: Path, tmp_path: Path) -> None:
+    cwd = workdir(built_repo, tmp_path)
+    assert run_train(built_repo, cwd, crash_at="after-step:25").returncode == -signal.SIGKILL
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    evil = cwd / "checkpoints/step-00000020.pt"
+    import torch
+
+    torch.save({"step": 20, "payload": Payload()}, evil)
+    index = json.loads((cwd / "checkpoints/index.json").read_text())
+    index["checkpoints"][-1]["sha256"] = digest(evil)  # even with a matching hash it must not load
+    (cwd / "checkpoints/index.json").write_text(json.dumps(index))
+    resumed = run_train(built_repo, cwd)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "refused: not a plain tensor checkpoint" in resumed.stderr
+    assert "(step 10)" in resumed.stderr
+    assert not marker.exists()
