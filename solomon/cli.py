@@ -17,6 +17,13 @@ def _smoke(args: argparse.Namespace) -> None:
     print(json.dumps(result, indent=2))
 
 
+def _bench(args: argparse.Namespace) -> None:
+    from solomon.bench import training_throughput
+    from solomon.params import load_params
+
+    print(json.dumps(training_throughput(load_params(args.params), steps=args.steps), indent=2))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solomon", description="Reproducible small-LM training on CPU.")
     parser.add_argument("--version", action="version", version=f"solomon {__version__}")
@@ -25,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--source", default=".", help="repository to copy (default: the current directory)")
     smoke.add_argument("--keep", action="store_true", help="keep the scratch copy and print its path")
     smoke.set_defaults(func=_smoke)
+    bench = commands.add_parser("bench", help="training tokens/s: eager fp32 vs bf16 vs torch.compile")
+    bench.add_argument("--params", default="params.yaml")
+    bench.add_argument("--steps", type=int, default=20, help="timed steps per variant (after 3 warm-up steps)")
+    bench.set_defaults(func=_bench)
     return parser
 
 

@@ -1,0 +1,155 @@
+"""The loop's components against hand-computed or independently computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from solomon.model import GPT, GPTConfig, cross_entropy
+from solomon.params import EarlyStoppingParams
+from solomon.train.checkpoint import CheckpointManager
+from solomon.train.data_order import DataOrder
+from solomon.train.early_stopping import EarlyStopping
+from solomon.train.loop import accumulate_gradients, train
+from solomon.train.run_log import DETERMINISTIC_COLUMNS
+
+torch.set_num_threads(1)
+
+
+def test_label_smoothed_loss_matches_hand_computation() -> None:
+    logits = torch.tensor([[[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]]])
+    targets = torch.tensor([[0, 1]])
+    eps = 0.1
+    expected = 0.0
+    for row, target in zip(logits[0], targets[0], strict=True):
+        log_p = row - torch.logsumexp(row, dim=0)
+        expected += (1 - eps) * -log_p[target] + eps * -log_p.mean()
+    assert cross_entropy(logits, targets, label_smoothing=eps).item() == pytest.approx(float(expected) / 2, rel=1e-6)
+    assert cross_entropy(logits, targets, label_smoothing=eps, reduction="sum").item() == pytest.approx(
+        float(expected), rel=1e-6
+    )
+
+
+def _grads(model: GPT) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def test_accumulating_four_micro_batches_equals_one_big_batch() -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    tokens = torch.randint(0, 64, (5000,)).numpy().astype("uint16")
+    one = DataOrder(3, len(tokens), 16, batch_size=8, accum_steps=1)
+    four = DataOrder(3, len(tokens), 16, batch_size=8, accum_steps=4)
+    assert four.micro_batch_size == 2
+    grads = []
+    for order in (one, four):
+        model.zero_grad(set_to_none=True)
+        loss = accumulate_gradients(model, [order.batch(tokens, 7, m) for m in range(order.accum_steps)], 0.1)
+        grads.append((loss, _grads(model)))
+    (loss_one, g_one), (loss_four, g_four) = grads
+    assert loss_four == pytest.approx(loss_one, rel=1e-6)
+    # Relative to the gradient's norm: fp32 sums in another order differ only by rounding.
+    assert ((g_four - g_one).norm() / g_one.norm()).item() < 1e-6
+
+
+def test_uneven_micro_batches_are_token_weighted() -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=32, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    x = torch.randint(0, 32, (3, 8))
+    y = torch.randint(0, 32, (3, 8))
+    model.zero_grad(set_to_none=True)
+    whole = accumulate_gradients(model, [(x, y)], 0.0)
+    g_whole = _grads(model)
+    model.zero_grad(set_to_none=True)
+    split = accumulate_gradients(model, [(x[:1], y[:1]), (x[1:], y[1:])], 0.0)  # 8 and 16 targets
+    assert split == pytest.approx(whole, rel=1e-6)
+    assert ((_grads(model) - g_whole).norm() / g_whole.norm()).item() < 1e-6
+
+
+def test_early_stopping_on_a_scripted_curve() -> None:
+    stopper = EarlyStopping(EarlyStoppingParams(patience=2, min_delta=0.01))
+    curve = {10: 5.0, 20: 4.0, 30: 3.995, 40: 4.2, 50: 3.0}
+    stopped_at = None
+    for step, loss in curve.items():
+        stopper.update(step, loss)
+        if stopper.should_stop:
+            stopped_at = step
+            break
+    assert stopped_at == 40  # 3.995 is not better than 4.0 by more than 0.01; 4.2 is the second miss
+    assert (stopper.best_step, stopper.best) == (20, 4.0)
+    again = EarlyStopping(EarlyStoppingParams(patience=2))
+    again.load_state_dict(stopper.state_dict())
+    assert again.state_dict() == stopper.state_dict()
+
+
+def test_early_stopping_run_outputs_the_best_checkpoint(tiny_run, tmp_path: Path) -> None:
+    # min_delta so large that no evaluation after the first counts as better: stop at the second, keep step 10.
+    params, paths = tiny_run({"train": {"early_stopping": {"patience": 1, "min_delta": 100.0}}}, tmp_path / "es")
+    metrics = train(params, paths)
+    assert (metrics["steps"], metrics["best_step"], metrics["stopped_early"]) == (20, 10, True)
+    short, short_paths = tiny_run({"train": {"max_steps": 10}}, tmp_path / "short")
+    train(short, short_paths)
+    model = (paths.model_dir / "model.safetensors").read_bytes()
+    assert model == (short_paths.model_dir / "model.safetensors").read_bytes()
+
+
+def test_eval_interval_does_not_change_the_training_batches(tiny_run, tmp_path: Path) -> None:
+    logs = []
+    for interval in (10, 3):
+        # Dropout makes the training RNG matter: evaluation and sampling must not draw from it.
+        params, paths = tiny_run(
+            {"model": {"dropout": 0.1}, "train": {"eval_interval": interval}}, tmp_path / str(interval)
+        )
+        train(params, paths)
+        rows = paths.steps_log.read_text().splitlines()
+        logs.append([row.split("\t")[: len(DETERMINISTIC_COLUMNS)] for row in rows])
+        assert len(paths.evals_log.read_text().splitlines()) == math.ceil(30 / interval)
+    assert logs[0] == logs[1]
+
+
+def _checkpoints(tmp_path: Path) -> CheckpointManager:
+    manager = CheckpointManager(tmp_path / "ckpt", keep=3)
+    for step in (10, 20, 30, 40):
+        manager.save(step, {"step": step, "weights": torch.full((4,), float(step))})
+    return manager
+
+
+def test_only_the_last_k_checkpoints_are_kept(tmp_path: Path) -> None:
+    manager = _checkpoints(tmp_path)
+    index = json.loads(manager.index_path.read_text())
+    assert [e["step"] for e in index["checkpoints"]] == [20, 30, 40]
+    assert sorted(p.name for p in manager.directory.glob("*.pt")) == [
+        "step-00000020.pt",
+        "step-00000030.pt",
+        "step-00000040.pt",
+    ]
+    assert manager.load_latest().step == 40
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_checkpoint_is_detected_and_the_previous_one_used(tmp_path: Path, damage: str, capsys) -> None:
+    manager = _checkpoints(tmp_path)
+    newest = manager.directory / "step-00000040.pt"
+    data = bytearray(newest.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) // 2]
+    else:
+        data[len(data) // 2] ^= 0x01
+    newest.write_bytes(bytes(data))
+    loaded = manager.load_latest()
+    assert loaded.step == 30 and torch.equal(loaded.state["weights"], torch.full((4,), 30.0))
+    assert "step-00000040.pt is corrupt" in capsys.readouterr().err
+
+
+def test_bf16_autocast_trains_and_is_deterministic(tiny_run, tmp_path: Path) -> None:
+    results = []
+    for name in ("a", "b"):
+        params, paths = tiny_run({"train": {"precision": "bf16", "max_steps": 10}}, tmp_path / name)
+        metrics = train(params, paths)
+        assert metrics["precision"] == "bf16" and math.isfinite(metrics["final_loss"])
+        results.append((paths.model_dir / "model.safetensors").read_bytes())
+    assert results[0] == results[1]
