@@ -70,8 +70,8 @@ def start_train(built_repo: Path, cwd: Path) -> subprocess.Popen:
     )
 
 
-def logged_steps(cwd: Path) -> int:
-    path = cwd / "train_log.tsv"
+def logged_steps(directory: Path) -> int:
+    path = directory / "train_log.tsv"
     return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
 
 
@@ -229,3 +229,31 @@ def test_malicious_checkpoint_is_refused_and_never_runs(built_repo: Path, tmp_pa
     assert "refused: not a plain tensor checkpoint" in resumed.stderr
     assert "(step 10)" in resumed.stderr
     assert not marker.exists()
+
+
+def test_dvc_repro_killed_mid_training_resumes_with_plain_dvc_repro(repo_copy: Path, long_reference: dict) -> None:
+    from conftest import DVC
+
+    shutil.rmtree(repo_copy / "checkpoints")
+    workdir(repo_copy, repo_copy, {"train": {"max_steps": 150}})
+    dvc = subprocess.Popen(
+        [DVC, "repro"],
+        cwd=repo_copy,
+        env=pipeline_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    wait_for_steps(dvc, repo_copy / "reports", 60)
+    os.killpg(dvc.pid, signal.SIGKILL)  # dvc and the training process under it, mid-run
+    dvc.communicate(timeout=60)
+    done = subprocess.run([DVC, "repro"], cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming from" in done.stdout + done.stderr
+    steps = [
+        line.split("\t")[: len(DETERMINISTIC_COLUMNS)]
+        for line in (repo_copy / "reports/train_log.tsv").read_text().splitlines()
+    ]
+    assert steps == long_reference["steps"]
+    assert digest(repo_copy / "models/model.safetensors") == long_reference["model"]

@@ -127,6 +127,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
     torch.manual_seed(stream_seed(cfg.seed, "dropout"))
     current = fingerprint(params, paths.tokens_dir, paths.tokenizer)
     checkpoints = CheckpointManager(paths.checkpoints, cfg.keep_checkpoints)
+    run_log = RunLog(paths.steps_log, paths.evals_log)
     best_dir = paths.checkpoints / BEST_DIR
 
     # Resume from the latest valid checkpoint unless told to start over.
@@ -161,6 +162,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
         data_order.load_state_dict(state["data_order"])
         stopper.load_state_dict(state["early_stopping"])
         torch.set_rng_state(state["rng"]["torch"])
+        run_log.load_state_dict(state["log"])
         start = loaded.step
         print(f"train: resuming from {loaded.path} (step {start})", file=sys.stderr)
     checkpoints.mark_completed(False)
@@ -174,7 +176,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
             "data_order": data_order.state_dict(),
             "early_stopping": stopper.state_dict(),
             "rng": {"torch": torch.get_rng_state()},
-            "log_step": step,
+            "log": run_log.state_dict(),
             "fingerprint": current,
             "environment": {
                 "torch": str(torch.__version__),
@@ -216,8 +218,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
             }
         )
 
-    run_log = RunLog(paths.steps_log, paths.evals_log)
-    run_log.start(start)
+    run_log.open()
     tokens_per_step = cfg.batch_size * params.model.block_size
     max_norm = cfg.clip if cfg.clip > 0 else math.inf
     started = time.perf_counter()

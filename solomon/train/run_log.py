@@ -1,6 +1,7 @@
 """The training run's logs: a per-step TSV (the DVC plot) and a JSON-lines record of each evaluation with its
-sample generations. Rows are appended and flushed as they happen; on resume both are cut back to the
-checkpoint's step, so the finished logs have no duplicated and no missing steps."""
+sample generations. Rows are appended and flushed as they happen, and the rows so far are part of every
+checkpoint: a resume rewrites both files from the checkpoint (DVC deletes a stage's outputs before rerunning
+it), so the finished logs have no duplicated and no missing steps."""
 
 from __future__ import annotations
 
@@ -15,46 +16,47 @@ STEP_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
 DETERMINISTIC_COLUMNS = STEP_COLUMNS[:-1]
 
 
-def _format(value) -> str:
-    return f"{value:.9g}" if isinstance(value, float) else str(value)
+def _step_line(row: dict) -> str:
+    return "\t".join(f"{row[c]:.9g}" if isinstance(row[c], float) else str(row[c]) for c in STEP_COLUMNS) + "\n"
+
+
+def _eval_line(record: dict) -> str:
+    return json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 class RunLog:
     def __init__(self, steps_path: Path, evals_path: Path) -> None:
         self.steps_path = steps_path
         self.evals_path = evals_path
+        self.steps: list[dict] = []
+        self.evals: list[dict] = []
 
-    def start(self, resume_step: int) -> None:
-        """Keep the rows of steps ≤ ``resume_step`` (none for a fresh run) and open both logs for appending."""
-        header = "\t".join(STEP_COLUMNS) + "\n"
-        kept_steps = [header]
-        kept_evals: list[str] = []
-        if resume_step > 0:
-            kept_steps += [line for line in self._lines(self.steps_path)[1:] if int(line.split("\t")[0]) <= resume_step]
-            kept_evals = [line for line in self._lines(self.evals_path) if json.loads(line)["step"] <= resume_step]
-        write_text(self.steps_path, "".join(kept_steps))
-        write_text(self.evals_path, "".join(kept_evals))
-        self._steps = open(self.steps_path, "a", encoding="utf-8", newline="")  # noqa: SIM115 - open for the run
-        self._evals = open(self.evals_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
-
-    @staticmethod
-    def _lines(path: Path) -> list[str]:
-        if not path.exists():
-            return []
-        # A kill mid-write can leave a last line without its newline: drop it, its step will be rerun.
-        return [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True) if line.endswith("\n")]
+    def open(self) -> None:
+        """Write the rows held so far (none for a fresh run), then keep both files open for appending."""
+        write_text(self.steps_path, "\t".join(STEP_COLUMNS) + "\n" + "".join(map(_step_line, self.steps)))
+        write_text(self.evals_path, "".join(map(_eval_line, self.evals)))
+        self._steps_file = open(self.steps_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
+        self._evals_file = open(self.evals_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
 
     def step(self, row: dict) -> None:
-        self._steps.write("\t".join(_format(row[c]) for c in STEP_COLUMNS) + "\n")
-        self._steps.flush()
+        self.steps.append(row)
+        self._steps_file.write(_step_line(row))
+        self._steps_file.flush()
 
     def evaluation(self, record: dict) -> None:
-        self._evals.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
-        self._evals.flush()
+        self.evals.append(record)
+        self._evals_file.write(_eval_line(record))
+        self._evals_file.flush()
 
     def close(self) -> None:
-        self._steps.close()
-        self._evals.close()
+        self._steps_file.close()
+        self._evals_file.close()
+
+    def state_dict(self) -> dict:
+        return {"steps": list(self.steps), "evals": list(self.evals)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps, self.evals = list(state["steps"]), list(state["evals"])
 
 
 def read_steps(path: Path) -> list[dict]:
