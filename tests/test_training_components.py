@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from solomon.errors import SolomonError
 from solomon.model import GPT, GPTConfig, cross_entropy
 from solomon.params import EarlyStoppingParams
 from solomon.train.checkpoint import CheckpointManager
@@ -153,3 +154,16 @@ def test_bf16_autocast_trains_and_is_deterministic(tiny_run, tmp_path: Path) -> 
         assert metrics["precision"] == "bf16" and math.isfinite(metrics["final_loss"])
         results.append((paths.model_dir / "model.safetensors").read_bytes())
     assert results[0] == results[1]
+
+
+def test_finished_runs_resume_without_training_more(tiny_run, tmp_path: Path) -> None:
+    params, paths = tiny_run({"train": {"early_stopping": {"patience": 1, "min_delta": 100.0}}}, tmp_path)
+    first = train(params, paths)
+    model = (paths.model_dir / "model.safetensors").read_bytes()
+    again = train(params, paths)  # early-stopped: stays stopped, same model, same log
+    assert (again["steps"], again["resumed_from_step"]) == (first["steps"], 20)
+    assert (paths.model_dir / "model.safetensors").read_bytes() == model
+    assert len(paths.steps_log.read_text().splitlines()) == 21
+    shorter, _ = tiny_run({"train": {"max_steps": 15, "early_stopping": {"patience": 1, "min_delta": 100.0}}}, tmp_path)
+    with pytest.raises(SolomonError, match=r"at step 20, past train\.max_steps 15"):
+        train(shorter, paths)

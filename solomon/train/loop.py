@@ -164,6 +164,11 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
         torch.set_rng_state(state["rng"]["torch"])
         run_log.load_state_dict(state["log"])
         start = loaded.step
+        if start > cfg.max_steps:
+            raise SolomonError(
+                f"the checkpoint in {paths.checkpoints} is at step {start}, past train.max_steps {cfg.max_steps}: "
+                "raise max_steps, or start over with `python stages/train.py --fresh …`"
+            )
         print(f"train: resuming from {loaded.path} (step {start})", file=sys.stderr)
     checkpoints.mark_completed(False)
 
@@ -226,9 +231,8 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
     exit_code = None
     done = start
     with StopSignals() as stop_signals:
-        progress = tqdm(
-            range(start, cfg.max_steps), desc="train", unit="step", mininterval=2.0, initial=start, total=cfg.max_steps
-        )
+        last = start if stopper.should_stop else cfg.max_steps  # an early-stopped run stays stopped
+        progress = tqdm(range(start, last), desc="train", unit="step", mininterval=2.0, initial=start, total=last)
         for step in progress:
             step_started = time.perf_counter()
             lr = schedule.lr(step)
