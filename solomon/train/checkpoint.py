@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,8 +115,5 @@ class CheckpointManager:
             partial.unlink()
 
     def clear(self) -> None:
-        for entry in self.read_index()["checkpoints"]:
-            (self.directory / entry["file"]).unlink(missing_ok=True)
-        for stray in self.directory.glob("*.pt"):
-            stray.unlink()
-        self.index_path.unlink(missing_ok=True)
+        """Forget every checkpoint (and anything else the run kept here, such as its best model)."""
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from solomon import weights
-from solomon.atomic import write_json
+from solomon.atomic import staged_dir, write_json
 from solomon.errors import SolomonError
 from solomon.evaluate import evaluate_tokens
 from solomon.model import GPT, GPTConfig, cross_entropy
@@ -110,10 +110,10 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
     tokens = open_tokens(paths.tokens_dir, "train")
     val_tokens = open_tokens(paths.tokens_dir, "val")
     tokenizer = load_tokenizer(paths.tokenizer)
-    eod_id = read_meta(paths.tokens_dir).get("eod_id")
+    meta = read_meta(paths.tokens_dir)
     byte_lengths = token_byte_lengths(tokenizer)
 
-    model = build_model(params, read_meta(paths.tokens_dir)["vocab_size"])
+    model = build_model(params, meta["vocab_size"])
     step_model = torch.compile(model) if cfg.compile else model
     autocast = (
         (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.precision == "bf16" else contextlib.nullcontext
@@ -134,7 +134,6 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
     checkpoints.remove_partial()
     if fresh:
         checkpoints.clear()
-        shutil.rmtree(best_dir, ignore_errors=True)
     loaded = checkpoints.load_latest()
     if loaded is not None:
         difference = first_difference(loaded.state["fingerprint"], current)
@@ -144,7 +143,6 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
                 file=sys.stderr,
             )
             checkpoints.clear()
-            shutil.rmtree(best_dir, ignore_errors=True)
             loaded = None
         elif difference:
             key, old, new = difference
@@ -205,7 +203,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
                 cfg.samples.temperature,
                 cfg.samples.top_k,
                 generator,
-                stop_id=eod_id,
+                stop_id=meta["eod_id"],
             )
             samples.append({"prompt": prompt, "completion": tokenizer.decode(new_ids)})
         model.train()
@@ -287,8 +285,8 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
     elapsed = time.perf_counter() - started
     if not best_dir.is_dir():
         raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
-    shutil.rmtree(paths.model_dir, ignore_errors=True)
-    shutil.copytree(best_dir, paths.model_dir)
+    with staged_dir(paths.model_dir) as tmp:
+        shutil.copytree(best_dir, tmp, dirs_exist_ok=True)
     checkpoints.mark_completed(True)
     steps_here = done - start
     metrics = {
@@ -305,6 +303,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
         "precision": cfg.precision,
         "compile": cfg.compile,
         "threads": cfg.threads,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
     }
     write_json(paths.metrics, metrics)
     return metrics
