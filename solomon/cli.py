@@ -17,6 +17,16 @@ def _smoke(args: argparse.Namespace) -> None:
     print(json.dumps(result, indent=2))
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
 def _bench(args: argparse.Namespace) -> None:
     from solomon.bench import training_throughput
     from solomon.params import load_params
@@ -34,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.set_defaults(func=_smoke)
     bench = commands.add_parser("bench", help="training tokens/s: eager fp32 vs bf16 vs torch.compile")
     bench.add_argument("--params", default="params.yaml")
-    bench.add_argument("--steps", type=int, default=20, help="timed steps per variant (after 3 warm-up steps)")
+    bench.add_argument(
+        "--steps", type=_positive_int, default=20, help="timed steps per variant (after 3 warm-up steps)"
+    )
     bench.set_defaults(func=_bench)
     return parser
 

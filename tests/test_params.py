@@ -34,6 +34,9 @@ def test_repository_params_are_valid() -> None:
         ({"train": {"max_steps": 0}}, "'train.max_steps'"),
         ({"corpus": {"split": {"val": 0.4, "test": 0.2}}}, "val + test must be below 0.5"),
         ({"tokenizer": {"vocab_size": 100}}, "'tokenizer.vocab_size'"),
+        ({"train": {"batch_size": 16, "accum_steps": 3}}, "accum_steps (3) must divide batch_size (16)"),
+        ({"train": {"precision": "fp16"}}, "'train.precision'"),
+        ({"train": {"early_stopping": {"patience": 0}}}, "'train.early_stopping.patience'"),
     ],
 )
 def test_bad_params_are_one_line_errors(tmp_path: Path, overrides: dict, message: str) -> None:
@@ -50,3 +53,13 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
     bad.write_text("corpus: [unclosed\n")
     with pytest.raises(SolomonError, match="not valid YAML"):
         load_params(bad)
+
+
+def test_cli_rejects_bad_flags_with_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    solomon = str(Path(sys.executable).parent / "solomon")
+    done = subprocess.run([solomon, "bench", "--steps", "0"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == "solomon bench: error: argument --steps: 0 is not at least 1"
