@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report smoke test lint clean-venv
+.PHONY: setup lock run repro report smoke test lint clean-venv mlflow-server mlflow-stop
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,14 @@ test: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# A self-hosted MLflow server on 127.0.0.1 (SQLite, or Postgres from MLFLOW_BACKEND_STORE_URI).
+MLFLOW_PORT ?= 5000
+mlflow-server: setup
+	$(BIN)/solomon track server --port $(MLFLOW_PORT)
+
+mlflow-stop: setup
+	$(BIN)/solomon track stop
 
 clean-venv:
 	rm -rf $(VENV)

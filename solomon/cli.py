@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from solomon import __version__
@@ -34,6 +35,36 @@ def _bench(args: argparse.Namespace) -> None:
     print(json.dumps(training_throughput(load_params(args.params), steps=args.steps), indent=2))
 
 
+def _track_sync(args: argparse.Namespace) -> None:
+    from solomon.errors import SolomonError
+    from solomon.tracking import sync_run, tracking_uri
+
+    run_dir = Path(args.root) / args.run_id
+    if not (run_dir / "run.json").is_file():
+        raise SolomonError(f"no run {args.run_id!r} under {args.root}: pass a directory name from there")
+    print(f"{args.run_id}: MLflow run {sync_run(run_dir)} at {tracking_uri()}")
+
+
+def _server_start(args: argparse.Namespace) -> None:
+    from solomon.mlflow_server import start_to_pid_file
+
+    backend = args.backend or f"sqlite:///{Path('mlflow-server.db').resolve()}"
+    pid = start_to_pid_file(
+        args.port, backend, Path(args.artifacts), Path(args.pid_file), Path(args.log), args.app_name
+    )
+    print(
+        f"mlflow server (pid {pid}) at http://127.0.0.1:{args.port}; export "
+        f"MLFLOW_TRACKING_URI=http://127.0.0.1:{args.port}"
+    )
+
+
+def _server_stop(args: argparse.Namespace) -> None:
+    from solomon.mlflow_server import stop_from_pid_file
+
+    stop_from_pid_file(Path(args.pid_file))
+    print("mlflow server stopped")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solomon", description="Reproducible small-LM training on CPU.")
     parser.add_argument("--version", action="version", version=f"solomon {__version__}")
@@ -48,6 +79,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps", type=_positive_int, default=20, help="timed steps per variant (after 3 warm-up steps)"
     )
     bench.set_defaults(func=_bench)
+    track = commands.add_parser("track", help="MLflow tracking").add_subparsers(dest="track_command", required=True)
+    sync = track.add_parser("sync", help="log a run directory to MLflow again, adding only what is missing")
+    sync.add_argument("run_id", help="a directory name under reports/training")
+    sync.add_argument("--root", default="reports/training")
+    sync.set_defaults(func=_track_sync)
+    server = track.add_parser("server", help="start a loopback MLflow server, recording its PID")
+    server.add_argument("--port", type=_positive_int, default=5000)
+    server.add_argument(
+        "--backend",
+        default=os.environ.get("MLFLOW_BACKEND_STORE_URI"),
+        help="backend store URI (default: $MLFLOW_BACKEND_STORE_URI, else SQLite mlflow-server.db)",
+    )
+    server.add_argument("--artifacts", default="mlflow-server-artifacts")
+    server.add_argument("--pid-file", default="mlflow-server.pid")
+    server.add_argument("--log", default="mlflow-server.log")
+    server.add_argument("--app-name", choices=["basic-auth"], default=None)
+    server.set_defaults(func=_server_start)
+    stop = track.add_parser("stop", help="stop the server started by `solomon track server`")
+    stop.add_argument("--pid-file", default="mlflow-server.pid")
+    stop.set_defaults(func=_server_stop)
     return parser
 
 

@@ -136,6 +136,7 @@ class EvalParams(_Section):
 
 class ReportParams(_Section):
     root: str = "reports/training"
+    track: bool = True  # log each run to MLflow (MLFLOW_TRACKING_URI, else SQLite mlflow.db)
 
 
 class Params(_Section):

@@ -6,6 +6,7 @@ from pathlib import Path
 from solomon.errors import run_main
 from solomon.params import load_params
 from solomon.report.run import create_run
+from solomon.tracking import sync_or_warn, tracking_uri
 
 INPUTS = ("metrics", "train_metrics", "train_log", "train_evals", "datacard_md", "datacard_json", "model", "tokenizer")
 
@@ -20,6 +21,10 @@ def main() -> None:
     files = {name: getattr(args, name) for name in INPUTS}
     run_dir = create_run(params, Path("params.yaml"), files, Path(params.report.root), args.latest)
     print(f"report: {run_dir}")
+    if params.report.track:
+        mlflow_run = sync_or_warn(run_dir)
+        if mlflow_run:
+            print(f"report: logged to MLflow run {mlflow_run} at {tracking_uri()}")
 
 
 if __name__ == "__main__":

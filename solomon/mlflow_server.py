@@ -1,0 +1,111 @@
+"""A self-hosted MLflow server on loopback: start it by PID, wait for /health, stop it by PID.
+
+Used by `make mlflow-server` / `make mlflow-stop` and by the tests. The server binds 127.0.0.1 only, proxies
+artifact storage (clients never need the store's credentials), keeps the security middleware on with an
+explicit allowed-hosts list, and runs with job execution off (otherwise it spawns workers that outlive it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from solomon.errors import SolomonError
+
+
+def health_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/health"
+
+
+def wait_healthy(port: int, timeout: float = 90.0, process: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(health_url(port), timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def server_command(port: int, backend_uri: str, artifacts_dir: Path, app_name: str | None = None) -> list[str]:
+    command = [
+        str(Path(sys.executable).parent / "mlflow"), "server",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--backend-store-uri", backend_uri,
+        "--serve-artifacts",
+        "--artifacts-destination", artifacts_dir.resolve().as_uri(),
+        "--allowed-hosts", f"127.0.0.1:{port},localhost:{port}",
+        "--workers", "1",
+    ]  # fmt: skip
+    if app_name:
+        command += ["--app-name", app_name]
+    return command
+
+
+def start(
+    port: int, backend_uri: str, artifacts_dir: Path, log_path: Path, app_name: str | None = None, timeout: float = 90.0
+) -> subprocess.Popen:
+    """Start the server in its own process group and return once /health answers."""
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    artifacts_dir.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")  # noqa: SIM115 - handed to the server process
+    process = subprocess.Popen(
+        server_command(port, backend_uri, artifacts_dir, app_name),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+    log.close()
+    if not wait_healthy(port, timeout, process):
+        stop_process(process.pid)
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        raise SolomonError(f"mlflow server on 127.0.0.1:{port} did not become healthy: {tail[0][:300]}")
+    return process
+
+
+def stop_process(pid: int, timeout: float = 30.0) -> None:
+    """SIGTERM the server's process group (the server and its workers), then SIGKILL what is left."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.killpg(pid, signal.SIGKILL)
+
+
+def start_to_pid_file(
+    port: int, backend_uri: str, artifacts_dir: Path, pid_file: Path, log_path: Path, app_name: str | None = None
+) -> int:
+    if pid_file.exists():
+        raise SolomonError(f"{pid_file} exists: a server may be running; `make mlflow-stop` first")
+    process = start(port, backend_uri, artifacts_dir, log_path, app_name)
+    pid_file.write_text(f"{process.pid}\n")
+    return process.pid
+
+
+def stop_from_pid_file(pid_file: Path) -> None:
+    try:
+        pid = int(pid_file.read_text().strip())
+    except FileNotFoundError:
+        raise SolomonError(f"{pid_file} not found: no server started by `make mlflow-server`") from None
+    stop_process(pid)
+    pid_file.unlink()
