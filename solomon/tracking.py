@@ -38,8 +38,18 @@ STEP_METRICS = {
 BATCH = 500  # MLflow accepts at most 1000 metrics per log_batch call
 
 
+def workspace_root(root: Path) -> Path:
+    """The repository whose ``mlflow.db`` is the default store. ``dvc exp run --temp`` and queued experiments
+    run in a copy under ``<repo>/.dvc/tmp/exps/``; they log to the workspace's store, not the copy's."""
+    parts = root.resolve().parts
+    for i in range(len(parts) - 2):
+        if parts[i : i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    return root.resolve()
+
+
 def tracking_uri(root: Path = Path(".")) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root / 'mlflow.db').resolve()}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{workspace_root(root) / 'mlflow.db'}"
 
 
 def _flatten(prefix: str, value, out: dict[str, str]) -> None:
@@ -56,7 +66,7 @@ def _experiment_id(client: MlflowClient, uri: str, root: Path) -> str:
     if experiment is not None:
         return experiment.experiment_id
     # Embedded SQLite keeps artifacts beside the database; a server decides for itself.
-    location = (root / "mlartifacts").resolve().as_uri() if uri.startswith("sqlite:") else None
+    location = (workspace_root(root) / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
     return client.create_experiment(name, artifact_location=location)
 
 

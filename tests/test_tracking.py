@@ -144,3 +144,14 @@ def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:
     assert "warning: tracking: could not log run" in done.stderr
     assert "replay with `solomon track sync" in done.stderr
     assert dvc(repo_copy, "status").stdout.strip().endswith("up to date.")
+
+
+def test_temp_and_queued_experiments_use_the_workspace_store(tmp_path: Path, monkeypatch) -> None:
+    from solomon.tracking import tracking_uri, workspace_root
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    copy = tmp_path / "repo/.dvc/tmp/exps/tmpabc123"
+    copy.mkdir(parents=True)
+    assert workspace_root(copy) == (tmp_path / "repo").resolve()
+    assert tracking_uri(copy) == f"sqlite:///{(tmp_path / 'repo').resolve() / 'mlflow.db'}"
+    assert workspace_root(tmp_path / "repo") == (tmp_path / "repo").resolve()
