@@ -257,3 +257,14 @@ def test_dvc_repro_killed_mid_training_resumes_with_plain_dvc_repro(repo_copy: P
     ]
     assert steps == long_reference["steps"]
     assert digest(repo_copy / "models/model.safetensors") == long_reference["model"]
+    # One MLflow run for the killed-and-resumed training run, with every step exactly once.
+    from mlflow.tracking import MlflowClient
+
+    run_id = json.loads((repo_copy / "reports/latest.json").read_text())["run_id"]
+    client = MlflowClient(f"sqlite:///{repo_copy / 'mlflow.db'}")
+    runs = client.search_runs(
+        [client.get_experiment_by_name("solomon").experiment_id], filter_string=f"tags.`solomon.run_id` = '{run_id}'"
+    )
+    assert len(runs) == 1
+    history = client.get_metric_history(runs[0].info.run_id, "train/loss")
+    assert sorted(m.step for m in history) == list(range(1, 151))
