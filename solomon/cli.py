@@ -42,7 +42,23 @@ def _track_sync(args: argparse.Namespace) -> None:
     run_dir = Path(args.root) / args.run_id
     if not (run_dir / "run.json").is_file():
         raise SolomonError(f"no run {args.run_id!r} under {args.root}: pass a directory name from there")
-    print(f"{args.run_id}: MLflow run {sync_run(run_dir)} at {tracking_uri()}")
+    print(f"{args.run_id}: MLflow run {sync_run(run_dir, model_dir=Path(args.model_dir))} at {tracking_uri()}")
+
+
+def _track_register(args: argparse.Namespace) -> None:
+    from solomon.tracking import register_version, set_alias
+
+    tags = dict(tag.split("=", 1) for tag in args.tag)
+    version = register_version(args.run_id, args.name, tags)
+    if args.alias:
+        set_alias(args.name, args.alias, version)
+    print(f"{args.name} version {version}" + (f", alias {args.alias}" if args.alias else ""))
+
+
+def _key_value(text: str) -> str:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return text
 
 
 def _server_start(args: argparse.Namespace) -> None:
@@ -83,7 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
     sync = track.add_parser("sync", help="log a run directory to MLflow again, adding only what is missing")
     sync.add_argument("run_id", help="a directory name under reports/training")
     sync.add_argument("--root", default="reports/training")
+    sync.add_argument("--model-dir", default="models", help="logged too when it holds this run's weights")
     sync.set_defaults(func=_track_sync)
+    register = track.add_parser("register", help="register a synced run's model as a new version; move an alias")
+    register.add_argument("run_id")
+    register.add_argument("--name", default="solomon")
+    register.add_argument("--alias", help="point this alias (e.g. candidate, production) at the new version")
+    register.add_argument("--tag", type=_key_value, action="append", default=[], help="KEY=VALUE, repeatable")
+    register.set_defaults(func=_track_register)
     server = track.add_parser("server", help="start a loopback MLflow server, recording its PID")
     server.add_argument("--port", type=_positive_int, default=5000)
     server.add_argument(

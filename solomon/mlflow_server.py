@@ -7,6 +7,7 @@ explicit allowed-hosts list, and runs with job execution off (otherwise it spawn
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -84,12 +85,15 @@ def stop_process(pid: int, timeout: float = 30.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child, or its zombie keeps the group alive
         try:
             os.killpg(pid, 0)
         except ProcessLookupError:
             return
         time.sleep(0.2)
-    os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def start_to_pid_file(

@@ -23,8 +23,10 @@ os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from solomon.errors import SolomonError
 from solomon.train.run_log import read_evals, read_steps
 
 EXPERIMENT = "solomon"
@@ -121,8 +123,18 @@ def _samples_markdown(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def sync_run(run_dir: Path, root: Path = Path(".")) -> str:
-    """Log ``run_dir`` to MLflow (idempotently) and return the MLflow run id."""
+def _matching_model_dir(run_info: dict, model_dir: Path | None) -> Path | None:
+    """The model directory only if it still holds the weights this run recorded (never log another model)."""
+    if model_dir is None or not (model_dir / "model.safetensors").is_file():
+        return None
+    expected = run_info["sha256"].get("model")
+    actual = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
+    return model_dir if actual == expected else None
+
+
+def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = None) -> str:
+    """Log ``run_dir`` (and ``model_dir``, when it holds this run's weights) to MLflow, idempotently; return
+    the MLflow run id."""
     uri = tracking_uri(root)
     client = MlflowClient(tracking_uri=uri)
     run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
@@ -151,14 +163,17 @@ def sync_run(run_dir: Path, root: Path = Path(".")) -> str:
 
     client.log_text(mlflow_run, _samples_markdown(run_dir), "samples.md")
     client.log_artifacts(mlflow_run, str(run_dir), "report")
+    model = _matching_model_dir(run_info, model_dir)
+    if model is not None:
+        client.log_artifacts(mlflow_run, str(model), "model")
     client.set_terminated(mlflow_run, RunStatus.to_string(RunStatus.FINISHED))
     return mlflow_run
 
 
-def sync_or_warn(run_dir: Path, root: Path = Path(".")) -> str | None:
+def sync_or_warn(run_dir: Path, root: Path = Path("."), model_dir: Path | None = None) -> str | None:
     """``sync_run`` for the pipeline: an unreachable or failing tracking store is a warning, never an error."""
     try:
-        return sync_run(run_dir, root)
+        return sync_run(run_dir, root, model_dir)
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         print(
@@ -167,3 +182,38 @@ def sync_or_warn(run_dir: Path, root: Path = Path(".")) -> str | None:
             file=sys.stderr,
         )
         return None
+
+
+def register_version(run_id: str, name: str, tags: dict[str, str], root: Path = Path(".")) -> str:
+    """Register the model logged with Solomon run ``run_id`` as a new version of ``name``; return the version."""
+    client = MlflowClient(tracking_uri=tracking_uri(root))
+    experiment = client.get_experiment_by_name(os.environ.get("MLFLOW_EXPERIMENT_NAME", EXPERIMENT))
+    runs = (
+        []
+        if experiment is None
+        else client.search_runs(
+            [experiment.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'", max_results=1
+        )
+    )
+    if not runs:
+        raise SolomonError(f"run {run_id!r} is not in {tracking_uri(root)}: `solomon track sync {run_id}` first")
+    mlflow_run = runs[0].info.run_id
+    if not any(a.path == "model/model.safetensors" for a in client.list_artifacts(mlflow_run, "model")):
+        raise SolomonError(f"MLflow run of {run_id} has no model artifact: sync it from the checkout that trained it")
+    try:
+        client.create_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    source = f"runs:/{mlflow_run}/model"
+    version = client.create_model_version(name, source, run_id=mlflow_run, tags={RUN_ID_TAG: run_id, **tags})
+    return version.version
+
+
+def set_alias(name: str, alias: str, version: str, root: Path = Path(".")) -> None:
+    """Point ``alias`` (e.g. ``production``) at ``version`` of ``name``, moving it from any other version."""
+    MlflowClient(tracking_uri=tracking_uri(root)).set_registered_model_alias(name, alias, version)
+
+
+def alias_version(name: str, alias: str, root: Path = Path(".")) -> str:
+    return MlflowClient(tracking_uri=tracking_uri(root)).get_model_version_by_alias(name, alias).version

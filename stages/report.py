@@ -22,7 +22,7 @@ def main() -> None:
     run_dir = create_run(params, Path("params.yaml"), files, Path(params.report.root), args.latest)
     print(f"report: {run_dir}")
     if params.report.track:
-        mlflow_run = sync_or_warn(run_dir)
+        mlflow_run = sync_or_warn(run_dir, model_dir=args.model.parent)
         if mlflow_run:
             print(f"report: logged to MLflow run {mlflow_run} at {tracking_uri()}")
 

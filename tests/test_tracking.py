@@ -42,8 +42,17 @@ class Server:
             self.process = None
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One server for the tests that only read and write; the outage test runs its own."""
+    running = Server(tmp_path_factory.mktemp("mlflow"))
+    running.start()
+    yield running
+    running.stop()
+
+
 @pytest.fixture
-def server(tmp_path: Path):
+def own_server(tmp_path: Path):
     running = Server(tmp_path / "mlflow")
     running.start()
     yield running
@@ -98,8 +107,9 @@ def test_embedded_sqlite_default(repo_copy: Path, tmp_path: Path, monkeypatch) -
 
 
 def test_server_down_mid_run_then_sync_completes_without_duplicates(
-    built_repo: Path, server: Server, tmp_path: Path, monkeypatch
+    built_repo: Path, own_server: Server, tmp_path: Path, monkeypatch
 ) -> None:
+    server = own_server
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
     full = run_dir_of(built_repo)
     partial = tmp_path / "partial" / full.name  # what had been logged when the server died: 15 of 30 steps
@@ -155,3 +165,31 @@ def test_temp_and_queued_experiments_use_the_workspace_store(tmp_path: Path, mon
     assert workspace_root(copy) == (tmp_path / "repo").resolve()
     assert tracking_uri(copy) == f"sqlite:///{(tmp_path / 'repo').resolve() / 'mlflow.db'}"
     assert workspace_root(tmp_path / "repo") == (tmp_path / "repo").resolve()
+
+
+def test_registry_versions_tags_and_a_moving_alias(built_repo: Path, server: Server, monkeypatch) -> None:
+    from solomon.errors import SolomonError
+    from solomon.tracking import alias_version, register_version, set_alias
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "registry-test")  # the shared server knows this run elsewhere
+    run_dir = run_dir_of(built_repo)
+    with pytest.raises(SolomonError, match="is not in"):
+        register_version(run_dir.name, "solomon", {})
+    sync_run(run_dir, built_repo)  # no model directory given: nothing to register yet
+    with pytest.raises(SolomonError, match="has no model artifact"):
+        register_version(run_dir.name, "solomon", {})
+    sync_run(run_dir, built_repo, model_dir=built_repo / "models")
+    first = register_version(run_dir.name, "solomon", {"gate": "passed"})
+    set_alias("solomon", "production", first)
+    second = register_version(run_dir.name, "solomon", {})
+    assert (first, second) == ("1", "2")
+    assert alias_version("solomon", "production") == "1"
+    set_alias("solomon", "production", second)
+    assert alias_version("solomon", "production") == "2"
+    version = MlflowClient(server.uri).get_model_version("solomon", first)
+    assert version.tags == {"solomon.run_id": run_dir.name, "gate": "passed"}
+    runs = MlflowClient(server.uri).search_runs(
+        [MlflowClient(server.uri).get_experiment_by_name("registry-test").experiment_id]
+    )
+    assert [version.run_id] == [r.info.run_id for r in runs]
