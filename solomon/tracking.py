@@ -12,7 +12,6 @@ otherwise the embedded default, SQLite in ``mlflow.db`` at the repository root w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from solomon.errors import SolomonError
+from solomon.hashing import sha256_file
 from solomon.train.run_log import read_evals, read_steps
 
 EXPERIMENT = "solomon"
@@ -92,7 +92,7 @@ def _tags(run_info: dict, root: Path) -> dict[str, str]:
             tags[tag] = os.environ[env]
     lock = root / "dvc.lock"
     if lock.is_file():
-        tags["dvc.lock.sha256"] = hashlib.sha256(lock.read_bytes()).hexdigest()
+        tags["dvc.lock.sha256"] = sha256_file(lock)
     return tags
 
 
@@ -128,8 +128,7 @@ def _matching_model_dir(run_info: dict, model_dir: Path | None) -> Path | None:
     if model_dir is None or not (model_dir / "model.safetensors").is_file():
         return None
     expected = run_info["sha256"].get("model")
-    actual = hashlib.sha256((model_dir / "model.safetensors").read_bytes()).hexdigest()
-    return model_dir if actual == expected else None
+    return model_dir if sha256_file(model_dir / "model.safetensors") == expected else None
 
 
 def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = None) -> str:
