@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -147,6 +147,18 @@ class Params(_Section):
     lr: LrParams = LrParams()
     eval: EvalParams = EvalParams()
     report: ReportParams = ReportParams()
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested sections as dotted keys: {"lr": {"warmup": 100}} → {"lr.warmup": 100} (lists stay values)."""
+    flat: dict[str, Any] = {}
+    for key, value in mapping.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
 
 
 def _describe(error: ValidationError) -> str:

@@ -27,6 +27,7 @@ from mlflow.tracking import MlflowClient
 
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
+from solomon.params import flatten
 from solomon.train.run_log import read_evals, read_steps
 
 EXPERIMENT = "solomon"
@@ -52,14 +53,6 @@ def workspace_root(root: Path) -> Path:
 
 def tracking_uri(root: Path = Path(".")) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{workspace_root(root) / 'mlflow.db'}"
-
-
-def _flatten(prefix: str, value, out: dict[str, str]) -> None:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            _flatten(f"{prefix}.{key}" if prefix else key, inner, out)
-    else:
-        out[prefix] = json.dumps(value) if isinstance(value, list) else str(value)
 
 
 def _experiment_id(client: MlflowClient, uri: str, root: Path) -> str:
@@ -141,8 +134,8 @@ def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = Non
     tags = _tags(run_info, root)
     mlflow_run = _find_or_create_run(client, experiment_id, run_info, tags)
 
-    params: dict[str, str] = {}
-    _flatten("", json.loads((run_dir / "hyperparameters.json").read_text(encoding="utf-8")), params)
+    hyperparameters = json.loads((run_dir / "hyperparameters.json").read_text(encoding="utf-8"))
+    params = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in flatten(hyperparameters).items()}
     logged = client.get_run(mlflow_run).data
     new_params = [Param(k, v[:6000]) for k, v in sorted(params.items()) if k not in logged.params]
     new_tags = [RunTag(k, v) for k, v in tags.items() if logged.tags.get(k) != v]

@@ -19,6 +19,10 @@ DVC = str(Path(sys.executable).parent / "dvc")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def tree_digest(root: Path) -> dict[str, str]:
     """SHA256 of every file below ``root``, by relative path: equal digests mean an untouched tree."""
     return {

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
 from pathlib import Path
 
 import yaml
-from conftest import ROOT, dvc
+from conftest import ROOT, digest, dvc
 
 from solomon.scratch import run, write_params
 
 STAGES = {"prepare", "tokenizer", "datacard", "train", "evaluate", "report"}
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def ran_stages(output: str) -> set[str]:

@@ -3,7 +3,6 @@ corrupt and malicious checkpoints, and refusal when what the checkpoint belongs 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -15,16 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import ROOT, digest
 
 from solomon.scratch import merge, pipeline_env
 from solomon.train.run_log import DETERMINISTIC_COLUMNS
 
 TRAIN = str(ROOT / "stages/train.py")
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def workdir(built_repo: Path, path: Path, overrides: dict | None = None) -> Path:

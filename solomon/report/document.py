@@ -7,21 +7,13 @@ import html
 
 from tabulate import tabulate
 
+from solomon.params import flatten
+
 Table = tuple[list[str], list[list]]
 
 
-def _flatten(prefix: str, value, rows: list[list]) -> None:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            _flatten(f"{prefix}.{key}" if prefix else str(key), inner, rows)
-    else:
-        rows.append([prefix, value])
-
-
 def key_value_table(mapping: dict) -> Table:
-    rows: list[list] = []
-    _flatten("", mapping, rows)
-    return ["key", "value"], rows
+    return ["key", "value"], [[key, value] for key, value in flatten(mapping).items()]
 
 
 def metrics_table(metrics: dict) -> Table:

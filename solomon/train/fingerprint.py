@@ -13,7 +13,7 @@ import torch
 
 import solomon
 from solomon.hashing import sha256_file
-from solomon.params import Params
+from solomon.params import Params, flatten
 
 RESUMABLE_PARAMS = frozenset({"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints"})
 CODE_FILES = (
@@ -28,19 +28,9 @@ CODE_FILES = (
 )
 
 
-def _flatten(prefix: str, value, out: dict) -> None:
-    if isinstance(value, dict):
-        for key, inner in sorted(value.items()):
-            _flatten(f"{prefix}.{key}", inner, out)
-    else:
-        out[prefix] = value
-
-
 def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -> dict:
     root = Path(solomon.__file__).parent
-    values: dict = {}
-    train_params = params.model_dump(mode="json", include={"model", "train", "lr"})
-    _flatten("params", train_params, values)
+    values = flatten(params.model_dump(mode="json", include={"model", "train", "lr"}), "params")
     for key in RESUMABLE_PARAMS:
         values.pop(f"params.{key}", None)
     values["data.train.bin"] = sha256_file(tokens_dir / "train.bin")
