@@ -136,7 +136,12 @@ class EvalParams(_Section):
 
 class ReportParams(_Section):
     root: str = "reports/training"
-    track: bool = True  # log each run to MLflow (MLFLOW_TRACKING_URI, else SQLite mlflow.db)
+
+
+class TrackingParams(_Section):
+    """MLflow: live from the training loop, then the report. Not a dependency of any stage's outputs."""
+
+    enabled: bool = True  # MLFLOW_TRACKING_URI, else SQLite mlflow.db at the repository root
 
 
 class Params(_Section):
@@ -147,6 +152,7 @@ class Params(_Section):
     lr: LrParams = LrParams()
     eval: EvalParams = EvalParams()
     report: ReportParams = ReportParams()
+    tracking: TrackingParams = TrackingParams()
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:

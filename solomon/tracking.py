@@ -1,20 +1,28 @@
 """MLflow tracking: the only module that imports mlflow.
 
-A run directory (``reports/training/<run-id>/``) is the record of truth; ``sync_run`` copies it into MLflow —
-params, every step's metrics, evaluations, sample generations, the data card and the report — as one MLflow
-run tagged with the run id. It is idempotent: it finds that MLflow run again and adds only what is missing,
-so after an outage ``solomon track sync <run-id>`` completes the history without duplicates.
+One MLflow run per training run, found again by the training run id (tag ``solomon.train_run_id``), so a
+killed and resumed run, and every report made of it, land in the same MLflow run.
 
-Where: ``MLFLOW_TRACKING_URI`` when set (a server such as ``http://127.0.0.1:5000``, or any database URI);
-otherwise the embedded default, SQLite in ``mlflow.db`` at the repository root with artifacts in
-``mlartifacts/`` beside it. Never the deprecated ``./mlruns`` file store.
+- ``LiveTracker`` streams the training loop's steps, evaluations and samples while it trains, from a background
+  thread: a slow or dead server never holds up a step, and never stops one.
+- ``sync_run`` logs a report directory (``reports/training/<run-id>/``) — params, every step's metrics,
+  evaluations, samples, held-out metrics, the report and the model — adding only what is missing. The report
+  stage calls it, and so does ``solomon track sync <run-id>`` after an outage.
+
+The local logs are the record of truth; MLflow is a view of them. Where: ``MLFLOW_TRACKING_URI`` when set (a
+server such as ``http://127.0.0.1:5000``, or any database URI); otherwise the embedded default, SQLite in
+``mlflow.db`` at the repository root with artifacts in ``mlartifacts/`` beside it. Never the deprecated
+``./mlruns`` file store.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import sys
+import threading
+import time
 from pathlib import Path
 
 # Fail fast instead of retrying for minutes when a server is down: tracking must never hold up a run.
@@ -27,18 +35,26 @@ from mlflow.tracking import MlflowClient
 
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
-from solomon.params import flatten
+from solomon.params import Params, flatten
+from solomon.provenance import git_state
 from solomon.train.run_log import read_evals, read_steps
 
 EXPERIMENT = "solomon"
-RUN_ID_TAG = "solomon.run_id"
+TRAIN_RUN_TAG = "solomon.train_run_id"
+RUN_ID_TAG = "solomon.run_id"  # the newest report directory logged to this MLflow run
+REPORT_TAG_PREFIX = "solomon.report."  # one per report directory: solomon.report.<run-id> = its model's SHA256
 STEP_METRICS = {
     "loss": "train/loss",
     "lr": "train/lr",
     "grad_norm": "train/grad_norm",
     "tokens_per_s": "train/tokens_per_s",
 }
+EVAL_METRICS = ("val_loss", "val_perplexity", "val_bits_per_byte")
+HELD_OUT_METRICS = ("loss", "perplexity", "bits_per_byte", "accuracy")
 BATCH = 500  # MLflow accepts at most 1000 metrics per log_batch call
+FLUSH_ROWS = 100  # live: send after this many steps ...
+FLUSH_S = 5.0  # ... or this many seconds, and at every evaluation
+FINISH_TIMEOUT_S = 60.0  # how long the end of training waits for the last sends
 
 
 def workspace_root(root: Path) -> Path:
@@ -55,6 +71,15 @@ def tracking_uri(root: Path = Path(".")) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{workspace_root(root) / 'mlflow.db'}"
 
 
+def _warn(message: str) -> None:
+    print(f"warning: tracking: {message}", file=sys.stderr, flush=True)
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
 def _experiment_id(client: MlflowClient, uri: str, root: Path) -> str:
     name = os.environ.get("MLFLOW_EXPERIMENT_NAME", EXPERIMENT)
     experiment = client.get_experiment_by_name(name)
@@ -62,58 +87,219 @@ def _experiment_id(client: MlflowClient, uri: str, root: Path) -> str:
         return experiment.experiment_id
     # Embedded SQLite keeps artifacts beside the database; a server decides for itself.
     location = (workspace_root(root) / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
-    return client.create_experiment(name, artifact_location=location)
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException as exc:  # another process created it first
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(name).experiment_id
 
 
-def _find_or_create_run(client: MlflowClient, experiment_id: str, run_info: dict, tags: dict[str, str]) -> str:
-    run_id = run_info["run_id"]
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'", max_results=1)
-    if found:
-        return found[0].info.run_id
-    name = f"{os.environ['DVC_EXP_NAME']}-{run_id}" if os.environ.get("DVC_EXP_NAME") else run_id
-    return client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+def _find_run(client: MlflowClient, experiment_id: str, filter_string: str) -> str | None:
+    found = client.search_runs([experiment_id], filter_string=filter_string, max_results=1)
+    return found[0].info.run_id if found else None
 
 
-def _tags(run_info: dict, root: Path) -> dict[str, str]:
-    tags = {
-        RUN_ID_TAG: run_info["run_id"],
-        "git.commit": str(run_info["git"]["commit"]),
-        "git.dirty": str(run_info["git"]["dirty"]),
-    }
+def _open_run(root: Path, train_run_id: str, tags: dict[str, str], params: dict) -> tuple[MlflowClient, str]:
+    """The MLflow run of ``train_run_id`` (created when new), given the params and tags it lacks."""
+    uri = tracking_uri(root)
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = _experiment_id(client, uri, root)
+    mlflow_run = _find_run(client, experiment_id, f"tags.`{TRAIN_RUN_TAG}` = '{train_run_id}'")
+    if mlflow_run is None:
+        exp_name = os.environ.get("DVC_EXP_NAME")
+        name = f"{exp_name}-{train_run_id}" if exp_name else train_run_id
+        mlflow_run = client.create_run(experiment_id, run_name=name, tags={TRAIN_RUN_TAG: train_run_id}).info.run_id
+    logged = client.get_run(mlflow_run).data
+    # MLflow params are immutable: a value that changed since (train.max_steps on a resume) stays as first logged;
+    # the run directory's hyperparameters.json is the record.
+    new_params = [Param(k, v[:6000]) for k, v in sorted(params.items()) if k not in logged.params]
+    new_tags = [RunTag(k, v) for k, v in sorted(tags.items()) if logged.tags.get(k) != v]
+    for i in range(0, max(len(new_params), len(new_tags)), 100):
+        client.log_batch(mlflow_run, params=new_params[i : i + 100], tags=new_tags[i : i + 100])
+    return client, mlflow_run
+
+
+def param_values(hyperparameters: dict) -> dict[str, str]:
+    """params.yaml flattened to MLflow params: dotted keys, lists as JSON."""
+    return {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in flatten(hyperparameters).items()}
+
+
+def source_tags(git: dict | None = None) -> dict[str, str]:
+    """Where the run came from: git commit and dirty flag, and the DVC experiment it belongs to."""
+    git = git or git_state()
+    tags = {"git.commit": str(git["commit"]), "git.dirty": str(git["dirty"])}
     for env, tag in (("DVC_EXP_NAME", "dvc.exp_name"), ("DVC_EXP_BASELINE_REV", "dvc.exp_baseline_rev")):
         if os.environ.get(env):
             tags[tag] = os.environ[env]
-    lock = root / "dvc.lock"
-    if lock.is_file():
-        tags["dvc.lock.sha256"] = sha256_file(lock)
     return tags
 
 
-def _metrics(run_dir: Path, base_ms: int) -> list[Metric]:
-    """Every metric of the run with a deterministic timestamp (creation time + step ms), so replays match."""
-    metrics = []
-    for row in read_steps(run_dir / "train_log.tsv"):
-        step = int(row["step"])
-        metrics += [Metric(key, row[column], base_ms + step, step) for column, key in STEP_METRICS.items()]
-    for record in read_evals(run_dir / "train_evals.jsonl"):
-        step = record["step"]
-        for name in ("val_loss", "val_perplexity", "val_bits_per_byte"):
-            metrics.append(Metric(f"eval/{name}", record[name], base_ms + step, step))
-    final_step = max((m.step for m in metrics), default=0)
-    held_out = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    for split, values in held_out.items():
-        for name in ("loss", "perplexity", "bits_per_byte", "accuracy"):
-            metrics.append(Metric(f"{split}/{name}", values[name], base_ms + final_step, final_step))
-    return metrics
+def step_metrics(row: dict, timestamp_ms: int) -> list[Metric]:
+    step = int(row["step"])
+    return [Metric(key, float(row[column]), timestamp_ms, step) for column, key in STEP_METRICS.items()]
 
 
-def _samples_markdown(run_dir: Path) -> str:
-    lines = ["# Samples at each evaluation", ""]
-    for record in read_evals(run_dir / "train_evals.jsonl"):
-        lines.append(f"## step {record['step']}")
-        lines += [f"- **{s['prompt']}**{s['completion']}" for s in record["samples"]]
-        lines.append("")
-    return "\n".join(lines)
+def eval_metrics(record: dict, timestamp_ms: int) -> list[Metric]:
+    return [Metric(f"eval/{name}", float(record[name]), timestamp_ms, record["step"]) for name in EVAL_METRICS]
+
+
+def samples_path(step: int) -> str:
+    return f"samples/step_{step:07d}.md"
+
+
+def samples_markdown(record: dict) -> str:
+    lines = [f"# Samples at step {record['step']}", ""]
+    lines += [f"- **{s['prompt']}**{s['completion']}" for s in record["samples"]]
+    return "\n".join(lines) + "\n"
+
+
+def _present_steps(client: MlflowClient, mlflow_run: str, keys) -> dict[str, set[int]]:
+    return {key: {m.step for m in client.get_metric_history(mlflow_run, key)} for key in keys}
+
+
+def _present_samples(client: MlflowClient, mlflow_run: str) -> set[str]:
+    return {a.path for a in client.list_artifacts(mlflow_run, "samples")}
+
+
+def _log_metrics(client: MlflowClient, mlflow_run: str, metrics: list[Metric]) -> None:
+    for i in range(0, len(metrics), BATCH):
+        client.log_batch(mlflow_run, metrics=metrics[i : i + BATCH])
+
+
+class LiveTracker:
+    """Streams one training run to MLflow while it trains (see the module docstring).
+
+    The loop calls ``start`` (with the rows a resume brought back), then ``step`` and ``evaluation`` as they
+    happen, and ``finish`` with the run's status. Each call only puts an item on a queue. A background thread
+    sends batches (every ``FLUSH_ROWS`` steps or ``FLUSH_S`` seconds, and at each evaluation) and keeps what it
+    could not deliver; after a failure it warns once, tries again every ``SOLOMON_TRACKING_RETRY_S`` seconds
+    (default 30), and on reconnecting first asks the server what it already has, so nothing is sent twice.
+    """
+
+    def __init__(self, params: Params, root: Path = Path(".")) -> None:
+        self.uri = tracking_uri(root)
+        self._root = root
+        self._params = param_values(params.model_dump(mode="json"))
+        self._tags = source_tags()
+        self._retry_s = float(os.environ.get("SOLOMON_TRACKING_RETRY_S", "30"))
+        self._queue: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._client: MlflowClient | None = None
+        self._mlflow_run: str | None = None
+        self._history: tuple[list[dict], list[dict]] = ([], [])
+        self._pending: list[Metric] = []
+        self._pending_samples: list[dict] = []
+        self._connected_once = False
+        self._outage = False
+        self._next_try = 0.0
+        self._last_send = time.monotonic()
+
+    # --- called by the training loop (cheap, never raises) ---
+
+    def start(self, train_run_id: str, steps: list[dict], evals: list[dict]) -> None:
+        self.train_run_id = train_run_id
+        self._history = (list(steps), list(evals))
+        self._thread = threading.Thread(target=self._work, name="solomon-tracking", daemon=True)
+        self._thread.start()
+
+    def step(self, row: dict) -> None:
+        self._queue.put(("step", dict(row), int(time.time() * 1000)))
+
+    def evaluation(self, record: dict) -> None:
+        self._queue.put(("eval", record, int(time.time() * 1000)))
+
+    def finish(self, status: str) -> None:
+        """``status``: FINISHED, KILLED or FAILED. Waits up to ``FINISH_TIMEOUT_S`` for the last sends."""
+        if self._thread is None:
+            return
+        self._queue.put(("finish", status, 0))
+        self._thread.join(FINISH_TIMEOUT_S)
+        if self._thread.is_alive():
+            _warn(f"{self.uri} still busy after {FINISH_TIMEOUT_S:.0f} s; leaving it. {self._replay_hint()}")
+        self._thread = None
+
+    # --- the background thread ---
+
+    def _replay_hint(self) -> str:
+        return "The report stage logs what is missing, or later `solomon track sync <run-id>`."
+
+    def _work(self) -> None:
+        status = None
+        while status is None:
+            try:
+                kind, item, timestamp_ms = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                kind = None
+            if kind == "step":
+                self._pending += step_metrics(item, timestamp_ms)
+            elif kind == "eval":
+                self._pending += eval_metrics(item, timestamp_ms)
+                self._pending_samples.append(item)
+            elif kind == "finish":
+                status = item
+            now = time.monotonic()
+            due = kind in ("eval", "finish") or len(self._pending) >= FLUSH_ROWS * len(STEP_METRICS)
+            due = due or now - self._last_send >= FLUSH_S
+            if due and (now >= self._next_try or kind == "finish"):
+                self._send()
+        if not self._outage:
+            try:
+                self._client.set_terminated(self._mlflow_run, status)
+            except Exception as exc:
+                self._fail(exc)
+        if self._outage:
+            missing = len(self._pending) // len(STEP_METRICS)
+            _warn(
+                f"about {missing} steps of training run {self.train_run_id} did not reach {self.uri}. "
+                + self._replay_hint()
+            )
+
+    def _connect(self) -> None:
+        client, mlflow_run = _open_run(self._root, self.train_run_id, self._tags, self._params)
+        info = client.get_run(mlflow_run).info
+        if info.status != "RUNNING":
+            client.update_run(mlflow_run, status="RUNNING")
+        if not self._connected_once:  # rows a resume brought back: timestamped like a replay
+            steps, evals = self._history
+            history = [m for r in steps for m in step_metrics(r, info.start_time + int(r["step"]))]
+            history += [m for e in evals for m in eval_metrics(e, info.start_time + e["step"])]
+            self._pending = history + self._pending
+            self._pending_samples = evals + self._pending_samples
+        present = _present_steps(client, mlflow_run, {m.key for m in self._pending})
+        self._pending = [m for m in self._pending if m.step not in present[m.key]]
+        have_samples = _present_samples(client, mlflow_run)
+        self._pending_samples = [e for e in self._pending_samples if samples_path(e["step"]) not in have_samples]
+        self._client, self._mlflow_run, self._connected_once = client, mlflow_run, True
+
+    def _send(self) -> None:
+        self._last_send = time.monotonic()
+        try:
+            if self._client is None:
+                self._connect()
+            while self._pending:
+                self._client.log_batch(self._mlflow_run, metrics=self._pending[:BATCH])
+                del self._pending[:BATCH]
+            while self._pending_samples:
+                record = self._pending_samples[0]
+                self._client.log_text(self._mlflow_run, samples_markdown(record), samples_path(record["step"]))
+                del self._pending_samples[0]
+        except Exception as exc:
+            self._fail(exc)
+            return
+        if self._outage:
+            print(f"tracking: {self.uri} reachable again; caught up", file=sys.stderr, flush=True)
+        self._outage = False
+
+    def _fail(self, exc: Exception) -> None:
+        if not self._outage:
+            _warn(
+                f"cannot reach {self.uri} ({_reason(exc)}); training goes on, the local log keeps every step, "
+                f"and sending resumes when it answers (tried every {self._retry_s:g} s)"
+            )
+        self._outage = True
+        self._client = None  # reconnect, and ask what arrived, before sending again
+        self._next_try = time.monotonic() + self._retry_s
 
 
 def _matching_model_dir(run_info: dict, model_dir: Path | None) -> Path | None:
@@ -124,40 +310,58 @@ def _matching_model_dir(run_info: dict, model_dir: Path | None) -> Path | None:
     return model_dir if sha256_file(model_dir / "model.safetensors") == expected else None
 
 
+def model_artifact_path(model_sha256: str) -> str:
+    """Models are stored by content, so a registered version's source never changes under it."""
+    return f"models/{model_sha256[:16]}"
+
+
 def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = None) -> str:
-    """Log ``run_dir`` (and ``model_dir``, when it holds this run's weights) to MLflow, idempotently; return
-    the MLflow run id."""
-    uri = tracking_uri(root)
-    client = MlflowClient(tracking_uri=uri)
+    """Log ``run_dir`` (and ``model_dir``, when it holds this run's weights) to MLflow, adding only what is
+    missing; return the MLflow run id."""
     run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    experiment_id = _experiment_id(client, uri, root)
-    tags = _tags(run_info, root)
-    mlflow_run = _find_or_create_run(client, experiment_id, run_info, tags)
-
+    train_run_id = run_info.get("train_run_id") or run_info["run_id"]  # run directories before live tracking
+    model_sha = run_info["sha256"]["model"]
+    tags = source_tags(run_info["git"]) | {
+        RUN_ID_TAG: run_info["run_id"],
+        REPORT_TAG_PREFIX + run_info["run_id"]: model_sha,
+    }
+    lock = root / "dvc.lock"
+    if lock.is_file():
+        tags["dvc.lock.sha256"] = sha256_file(lock)
     hyperparameters = json.loads((run_dir / "hyperparameters.json").read_text(encoding="utf-8"))
-    params = {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in flatten(hyperparameters).items()}
-    logged = client.get_run(mlflow_run).data
-    new_params = [Param(k, v[:6000]) for k, v in sorted(params.items()) if k not in logged.params]
-    new_tags = [RunTag(k, v) for k, v in tags.items() if logged.tags.get(k) != v]
-    for i in range(0, max(len(new_params), len(new_tags)), 100):
-        client.log_batch(mlflow_run, params=new_params[i : i + 100], tags=new_tags[i : i + 100])
+    client, mlflow_run = _open_run(root, train_run_id, tags, param_values(hyperparameters))
 
+    # Training metrics are deterministic per step: a step already present is never logged again. Replayed
+    # steps get the timestamp start + step (ms), so two replays of one step are identical rows.
     base_ms = client.get_run(mlflow_run).info.start_time
-    present: dict[str, set[int]] = {}
-    missing = []
-    for metric in _metrics(run_dir, base_ms):
-        if metric.key not in present:
-            present[metric.key] = {m.step for m in client.get_metric_history(mlflow_run, metric.key)}
-        if metric.step not in present[metric.key]:
-            missing.append(metric)
-    for i in range(0, len(missing), BATCH):
-        client.log_batch(mlflow_run, metrics=missing[i : i + BATCH])
+    steps = read_steps(run_dir / "train_log.tsv")
+    evals = read_evals(run_dir / "train_evals.jsonl")
+    metrics = [m for row in steps for m in step_metrics(row, base_ms + int(row["step"]))]
+    metrics += [m for record in evals for m in eval_metrics(record, base_ms + record["step"])]
+    present = _present_steps(client, mlflow_run, {m.key for m in metrics})
+    missing = [m for m in metrics if m.step not in present[m.key]]
 
-    client.log_text(mlflow_run, _samples_markdown(run_dir), "samples.md")
-    client.log_artifacts(mlflow_run, str(run_dir), "report")
+    # Held-out metrics belong to the model at the final step; a re-evaluation logs a new value only if it differs.
+    final_step = max((int(row["step"]) for row in steps), default=0)
+    held_out = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    for split, values in held_out.items():
+        for name in HELD_OUT_METRICS:
+            key = f"{split}/{name}"
+            history = sorted(
+                (m.timestamp, m.value) for m in client.get_metric_history(mlflow_run, key) if m.step == final_step
+            )
+            if not history or history[-1][1] != values[name]:
+                missing.append(Metric(key, values[name], int(time.time() * 1000), final_step))
+    _log_metrics(client, mlflow_run, missing)
+
+    have_samples = _present_samples(client, mlflow_run)
+    for record in evals:
+        if samples_path(record["step"]) not in have_samples:
+            client.log_text(mlflow_run, samples_markdown(record), samples_path(record["step"]))
+    client.log_artifacts(mlflow_run, str(run_dir), f"reports/{run_info['run_id']}")
     model = _matching_model_dir(run_info, model_dir)
     if model is not None:
-        client.log_artifacts(mlflow_run, str(model), "model")
+        client.log_artifacts(mlflow_run, str(model), model_artifact_path(model_sha))
     client.set_terminated(mlflow_run, RunStatus.to_string(RunStatus.FINISHED))
     return mlflow_run
 
@@ -167,38 +371,38 @@ def sync_or_warn(run_dir: Path, root: Path = Path("."), model_dir: Path | None =
     try:
         return sync_run(run_dir, root, model_dir)
     except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(
-            f"warning: tracking: could not log run {run_dir.name} to {tracking_uri(root)} ({reason[:200]}); "
-            f"it is recorded in {run_dir}; replay with `solomon track sync {run_dir.name}`",
-            file=sys.stderr,
+        _warn(
+            f"could not log run {run_dir.name} to {tracking_uri(root)} ({_reason(exc)}); "
+            f"it is recorded in {run_dir}; replay with `solomon track sync {run_dir.name}`"
         )
         return None
 
 
 def register_version(run_id: str, name: str, tags: dict[str, str], root: Path = Path(".")) -> str:
-    """Register the model logged with Solomon run ``run_id`` as a new version of ``name``; return the version."""
+    """Register the model of report directory ``run_id`` as a new version of ``name``; return the version."""
     client = MlflowClient(tracking_uri=tracking_uri(root))
     experiment = client.get_experiment_by_name(os.environ.get("MLFLOW_EXPERIMENT_NAME", EXPERIMENT))
-    runs = (
-        []
-        if experiment is None
-        else client.search_runs(
-            [experiment.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'", max_results=1
-        )
+    report_tag = REPORT_TAG_PREFIX + run_id
+    mlflow_run = (
+        None if experiment is None else _find_run(client, experiment.experiment_id, f"tags.`{report_tag}` LIKE '%'")
     )
-    if not runs:
+    if mlflow_run is None:
         raise SolomonError(f"run {run_id!r} is not in {tracking_uri(root)}: `solomon track sync {run_id}` first")
-    mlflow_run = runs[0].info.run_id
-    if not any(a.path == "model/model.safetensors" for a in client.list_artifacts(mlflow_run, "model")):
+    model_sha = client.get_run(mlflow_run).data.tags[report_tag]
+    source = model_artifact_path(model_sha)
+    if not any(a.path == f"{source}/model.safetensors" for a in client.list_artifacts(mlflow_run, source)):
         raise SolomonError(f"MLflow run of {run_id} has no model artifact: sync it from the checkout that trained it")
     try:
         client.create_registered_model(name)
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    source = f"runs:/{mlflow_run}/model"
-    version = client.create_model_version(name, source, run_id=mlflow_run, tags={RUN_ID_TAG: run_id, **tags})
+    version = client.create_model_version(
+        name,
+        f"runs:/{mlflow_run}/{source}",
+        run_id=mlflow_run,
+        tags={RUN_ID_TAG: run_id, "model.sha256": model_sha, **tags},
+    )
     return version.version
 
 

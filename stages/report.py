@@ -21,7 +21,7 @@ def main() -> None:
     files = {name: getattr(args, name) for name in INPUTS}
     run_dir = create_run(params, Path("params.yaml"), files, Path(params.report.root), args.latest)
     print(f"report: {run_dir}")
-    if params.report.track:
+    if params.tracking.enabled:
         mlflow_run = sync_or_warn(run_dir, model_dir=args.model.parent)
         if mlflow_run:
             print(f"report: logged to MLflow run {mlflow_run} at {tracking_uri()}")

@@ -1,6 +1,7 @@
 """Stage train: fit the GPT decoder on the train tokens, resuming from checkpoints/ after an interruption.
 
-Writes the best evaluated model to models/, the per-step log, the evaluation/sample log and train metrics.
+Writes the best evaluated model to models/, the per-step log, the evaluation/sample log and train metrics, and
+streams the run to MLflow as it goes when tracking.enabled (never a reason to stop).
 Exit status 128 + N after signal N (SIGTERM: 143, SIGINT: 130), once a checkpoint is written.
 """
 
@@ -19,7 +20,13 @@ def main() -> None:
     parser.add_argument("--fresh", action="store_true", help="delete existing checkpoints and start at step 0")
     args = parser.parse_args()
     paths = TrainPaths(**{k: v for k, v in vars(args).items() if k != "fresh"})
-    metrics = train(load_params(), paths, fresh=args.fresh)
+    params = load_params()
+    tracker = None
+    if params.tracking.enabled:
+        from solomon.tracking import LiveTracker  # imports mlflow: only when tracking
+
+        tracker = LiveTracker(params)
+    metrics = train(params, paths, fresh=args.fresh, tracker=tracker)
     print(f"train: {metrics}")
 
 

@@ -23,8 +23,10 @@ TRAIN = str(ROOT / "stages/train.py")
 
 
 def workdir(built_repo: Path, path: Path, overrides: dict | None = None) -> Path:
+    """params.yaml for a training run in ``path``; tracking off unless ``overrides`` turn it on (test_tracking)."""
     path.mkdir(parents=True, exist_ok=True)
-    params = merge(yaml.safe_load((built_repo / "params.yaml").read_text()), overrides or {})
+    params = merge(yaml.safe_load((built_repo / "params.yaml").read_text()), {"tracking": {"enabled": False}})
+    params = merge(params, overrides or {})
     (path / "params.yaml").write_text(yaml.safe_dump(params))
     return path
 
@@ -230,7 +232,7 @@ def test_dvc_repro_killed_mid_training_resumes_with_plain_dvc_repro(repo_copy: P
     from conftest import DVC
 
     shutil.rmtree(repo_copy / "checkpoints")
-    workdir(repo_copy, repo_copy, {"train": {"max_steps": 150}})
+    workdir(repo_copy, repo_copy, {"train": {"max_steps": 150}, "tracking": {"enabled": True}})
     dvc = subprocess.Popen(
         [DVC, "repro"],
         cwd=repo_copy,

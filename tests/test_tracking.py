@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from conftest import DVC, digest
 from mlflow.tracking import MlflowClient
 
 from solomon import mlflow_server
 from solomon.scratch import pipeline_env
-from solomon.tracking import RUN_ID_TAG, sync_or_warn, sync_run
+from solomon.tracking import STEP_METRICS, TRAIN_RUN_TAG, model_artifact_path, sync_run
 
 
 def free_port() -> int:
@@ -41,6 +45,12 @@ class Server:
             self.process.wait(timeout=30)
             self.process = None
 
+    def kill(self) -> None:
+        """SIGKILL the server and its workers: no goodbye to clients."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+        self.process = None
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -52,88 +62,162 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture
-def own_server(tmp_path: Path):
-    running = Server(tmp_path / "mlflow")
-    running.start()
-    yield running
-    running.stop()
+def idle_server(tmp_path: Path):
+    """A server of this test's own, not yet started."""
+    own = Server(tmp_path / "mlflow")
+    yield own
+    own.stop()
 
 
 def run_dir_of(repo: Path) -> Path:
     return repo / json.loads((repo / "reports/latest.json").read_text())["path"]
 
 
-def the_run(client: MlflowClient, run_id: str):
+def the_run(client: MlflowClient, train_run_id: str):
     experiment = client.get_experiment_by_name("solomon")
-    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'")
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{TRAIN_RUN_TAG}` = '{train_run_id}'")
     assert len(runs) == 1
     return runs[0]
 
 
-def check_everything_readable(client: MlflowClient, run_dir: Path, tmp_path: Path) -> None:
-    run = the_run(client, run_dir.name)
+def steps_of(client: MlflowClient, mlflow_run: str, key: str) -> list[int]:
+    """Every logged step of ``key``, sorted: a duplicate shows up as a repeated step."""
+    return sorted(m.step for m in client.get_metric_history(mlflow_run, key))
+
+
+def check_everything_readable(client: MlflowClient, run_dir: Path, tmp_path: Path, model: bool = True) -> None:
+    run_info = json.loads((run_dir / "run.json").read_text())
+    run = the_run(client, run_info["train_run_id"])
+    mlflow_run = run.info.run_id
     hyper = json.loads((run_dir / "hyperparameters.json").read_text())
     assert run.data.params["lr.warmup"] == str(hyper["lr"]["warmup"])
     assert run.data.params["train.samples.prompts"] == json.dumps(hyper["train"]["samples"]["prompts"])
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
-    assert sorted(steps) == list(range(1, 31))
-    assert [m.step for m in client.get_metric_history(run.info.run_id, "eval/val_loss")] == [10, 20, 30]
+    local_steps = (run_dir / "train_log.tsv").read_text().splitlines()[1:]
+    for key in STEP_METRICS.values():
+        assert steps_of(client, mlflow_run, key) == list(range(1, 31)), key
+    logged_loss = {m.step: m.value for m in client.get_metric_history(mlflow_run, "train/loss")}
+    assert [f"{logged_loss[i + 1]:.9g}" for i in range(30)] == [line.split("\t")[2] for line in local_steps]
+    assert steps_of(client, mlflow_run, "eval/val_loss") == [10, 20, 30]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert run.data.metrics["val/bits_per_byte"] == metrics["val"]["bits_per_byte"]
     assert run.data.tags["git.commit"] and "dvc.lock.sha256" in run.data.tags
-    local = client.download_artifacts(run.info.run_id, "samples.md", str(tmp_path))
+    assert run.data.tags["solomon.run_id"] == run_dir.name and run.info.status == "FINISHED"
+    samples = [a.path for a in client.list_artifacts(mlflow_run, "samples")]
+    assert samples == [f"samples/step_{s:07d}.md" for s in (10, 20, 30)]
+    local = client.download_artifacts(mlflow_run, "samples/step_0000010.md", str(tmp_path))
     assert "In the beginning" in Path(local).read_text()
-    html = client.download_artifacts(run.info.run_id, "report/report.html", str(tmp_path))
+    html = client.download_artifacts(mlflow_run, f"reports/{run_dir.name}/report.html", str(tmp_path))
     assert Path(html).read_bytes() == (run_dir / "report.html").read_bytes()
+    if model:
+        path = f"{model_artifact_path(run_info['sha256']['model'])}/model.safetensors"
+        assert digest(Path(client.download_artifacts(mlflow_run, path, str(tmp_path)))) == run_info["sha256"]["model"]
 
 
-def test_run_logged_to_a_server_reads_back_whole(built_repo: Path, server: Server, tmp_path: Path, monkeypatch) -> None:
+def test_embedded_sqlite_default_holds_the_pipeline_run(built_repo: Path, tmp_path: Path) -> None:
+    """`dvc repro` with no MLFLOW_TRACKING_URI: training logged live, then the report, to mlflow.db."""
+    assert (built_repo / "mlflow.db").is_file() and (built_repo / "mlartifacts").is_dir()
+    assert not (built_repo / "mlruns").exists()
+    client = MlflowClient(f"sqlite:///{built_repo / 'mlflow.db'}")
+    check_everything_readable(client, run_dir_of(built_repo), tmp_path)
+    assert len(client.search_runs([client.get_experiment_by_name("solomon").experiment_id])) == 1
+
+
+def test_sync_rebuilds_a_whole_run_in_an_empty_server(
+    built_repo: Path, server: Server, tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
     run_dir = run_dir_of(built_repo)
-    first = sync_run(run_dir, built_repo)
-    assert sync_run(run_dir, built_repo) == first  # idempotent: the same MLflow run, nothing duplicated
+    first = sync_run(run_dir, built_repo, model_dir=built_repo / "models")
+    assert sync_run(run_dir, built_repo, model_dir=built_repo / "models") == first  # the same run, nothing doubled
     check_everything_readable(MlflowClient(server.uri), run_dir, tmp_path)
 
 
-def test_embedded_sqlite_default(repo_copy: Path, tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    (repo_copy / "mlflow.db").unlink(missing_ok=True)
-    shutil.rmtree(repo_copy / "mlartifacts", ignore_errors=True)
-    run_dir = run_dir_of(repo_copy)
-    sync_run(run_dir, repo_copy)
-    assert (repo_copy / "mlflow.db").is_file() and (repo_copy / "mlartifacts").is_dir()
-    assert not (repo_copy / "mlruns").exists()
-    check_everything_readable(MlflowClient(f"sqlite:///{repo_copy / 'mlflow.db'}"), run_dir, tmp_path)
+def wait_until(condition, what: str, process: subprocess.Popen | None = None, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process is None or process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.1)
 
 
-def test_server_down_mid_run_then_sync_completes_without_duplicates(
-    built_repo: Path, own_server: Server, tmp_path: Path, monkeypatch
-) -> None:
-    server = own_server
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
-    full = run_dir_of(built_repo)
-    partial = tmp_path / "partial" / full.name  # what had been logged when the server died: 15 of 30 steps
-    shutil.copytree(full, partial)
-    lines = (full / "train_log.tsv").read_text().splitlines(keepends=True)
-    (partial / "train_log.tsv").write_text("".join(lines[:16]))
-    sync_run(partial, built_repo)
-
-    server.stop()
-    assert sync_or_warn(full, built_repo) is None  # the pipeline goes on; nothing raised
-    server.start()  # same port, same backend store
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "solomon"), "track", "sync", full.name, "--root", str(full.parent)],
-        cwd=built_repo,
-        env=pipeline_env() | {"MLFLOW_TRACKING_URI": server.uri},
-        capture_output=True,
-        text=True,
+def logged_steps(uri: str, train_run_id: str) -> list[int]:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("solomon")
+    runs = (
+        []
+        if experiment is None
+        else client.search_runs([experiment.experiment_id], filter_string=f"tags.`{TRAIN_RUN_TAG}` = '{train_run_id}'")
     )
-    assert done.returncode == 0, done.stderr
-    client = MlflowClient(server.uri)
-    run = the_run(client, full.name)
-    for key in ("train/loss", "train/lr", "train/grad_norm"):
-        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
-        assert sorted(steps) == list(range(1, 31)), key
+    return steps_of(client, runs[0].info.run_id, "train/loss") if runs else []
+
+
+def start_retraining(repo: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`dvc repro` of the train stage alone, from step 0, in its own process group."""
+    shutil.rmtree(repo / "checkpoints")
+    return subprocess.Popen(
+        [DVC, "repro", "--force", "--single-item", "train"],
+        cwd=repo,
+        env=pipeline_env() | env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def train_run_id_of(repo: Path) -> str:
+    return json.loads((repo / "checkpoints/index.json").read_text())["run_id"]
+
+
+def test_live_training_rides_out_a_server_that_is_down_comes_back_and_dies(
+    repo_copy: Path, idle_server: Server, tmp_path: Path
+) -> None:
+    """Down at start, up mid-run (training catches up live), killed again before the end: the run finishes;
+    after a restart, `solomon track sync` completes the history with every step exactly once."""
+    server, release = idle_server, tmp_path / "go"
+    env = {"MLFLOW_TRACKING_URI": server.uri, "SOLOMON_PAUSE_AT": f"15:{release}", "SOLOMON_TRACKING_RETRY_S": "1"}
+    training = start_retraining(repo_copy, env)
+    wait_until(Path(f"{release}.paused").exists, "training paused at step 15", training)
+    server.start()
+    train_run_id = train_run_id_of(repo_copy)
+    wait_until(lambda: logged_steps(server.uri, train_run_id) == list(range(1, 16)), "steps 1-15 caught up live")
+    server.kill()  # SIGKILL, mid-run
+    release.touch()
+    output = training.communicate(timeout=300)[0]
+    assert training.returncode == 0, output
+    assert output.count("warning: tracking: cannot reach") == 2, output  # once per outage, not once per step
+    assert "reachable again; caught up" in output
+    assert "did not reach" in output
+    done = subprocess.run([DVC, "repro"], cwd=repo_copy, env=pipeline_env() | env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "replay with `solomon track sync" in done.stderr
+
+    server.start()  # same port, same backend store
+    run_dir = run_dir_of(repo_copy)
+    sync = [str(Path(sys.executable).parent / "solomon"), "track", "sync", run_dir.name]
+    for _ in range(2):  # a second sync adds nothing
+        done = subprocess.run(sync, cwd=repo_copy, env=pipeline_env() | env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    check_everything_readable(MlflowClient(server.uri), run_dir, tmp_path)
+
+
+def test_killed_and_resumed_training_is_one_mlflow_run(repo_copy: Path, server: Server, tmp_path: Path) -> None:
+    """SIGKILL after steps past the last checkpoint reached the server: the resume recomputes them and logs
+    each only once, into the same MLflow run."""
+    release = tmp_path / "go"
+    env = {"MLFLOW_TRACKING_URI": server.uri, "SOLOMON_PAUSE_AT": f"25:{release}"}
+    training = start_retraining(repo_copy, env)
+    wait_until(Path(f"{release}.paused").exists, "training paused at step 25", training)
+    train_run_id = train_run_id_of(repo_copy)
+    wait_until(lambda: logged_steps(server.uri, train_run_id) == list(range(1, 26)), "steps 1-25 logged live")
+    os.killpg(training.pid, signal.SIGKILL)  # checkpoint at 20: steps 21-25 are recomputed on resume
+    training.communicate(timeout=60)
+    env.pop("SOLOMON_PAUSE_AT")
+    done = subprocess.run([DVC, "repro"], cwd=repo_copy, env=pipeline_env() | env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming from" in done.stderr and "(step 20)" in done.stderr
+    assert train_run_id_of(repo_copy) == train_run_id
+    check_everything_readable(MlflowClient(server.uri), run_dir_of(repo_copy), tmp_path)
 
 
 def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:
@@ -156,15 +240,36 @@ def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:
     assert dvc(repo_copy, "status").stdout.strip().endswith("up to date.")
 
 
-def test_temp_and_queued_experiments_use_the_workspace_store(tmp_path: Path, monkeypatch) -> None:
-    from solomon.tracking import tracking_uri, workspace_root
+def test_temp_and_queued_experiments_log_to_the_workspace_store(repo_copy: Path, monkeypatch) -> None:
+    """`dvc exp run --temp` and `--queue` run in a copy under .dvc/tmp/exps/; their runs land in the
+    workspace's mlflow.db, each its own MLflow run named <exp-name>-<training run id>."""
+    from conftest import dvc
+
+    from solomon.scratch import run
+    from solomon.tracking import workspace_root
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    copy = tmp_path / "repo/.dvc/tmp/exps/tmpabc123"
-    copy.mkdir(parents=True)
-    assert workspace_root(copy) == (tmp_path / "repo").resolve()
-    assert tracking_uri(copy) == f"sqlite:///{(tmp_path / 'repo').resolve() / 'mlflow.db'}"
-    assert workspace_root(tmp_path / "repo") == (tmp_path / "repo").resolve()
+    assert workspace_root(repo_copy / ".dvc/tmp/exps/tmpabc123") == repo_copy.resolve()
+    run(["git", "add", "-A"], repo_copy)
+    run(["git", "commit", "-q", "-m", "baseline run"], repo_copy)
+    dvc(repo_copy, "exp", "run", "--temp", "-S", "lr.warmup=10")
+    dvc(repo_copy, "exp", "run", "--queue", "-S", "lr.warmup=15")
+    done = dvc(repo_copy, "exp", "run", "--run-all", check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not list((repo_copy / ".dvc/tmp").rglob("mlflow.db"))
+
+    client = MlflowClient(f"sqlite:///{repo_copy / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("solomon").experiment_id])
+    experiments = {r.data.params["lr.warmup"]: r for r in runs if "dvc.exp_name" in r.data.tags}
+    assert sorted(experiments) == ["10", "15"], [r.data.tags for r in runs]
+    head = run(["git", "rev-parse", "HEAD"], repo_copy).stdout.strip()
+    shown = dvc(repo_copy, "exp", "show", "--json").stdout
+    for experiment in experiments.values():
+        tags = experiment.data.tags
+        assert tags["dvc.exp_baseline_rev"] == head and tags["dvc.exp_name"] in shown
+        assert experiment.info.run_name == f"{tags['dvc.exp_name']}-{tags[TRAIN_RUN_TAG]}"
+        assert steps_of(client, experiment.info.run_id, "train/loss") == list(range(1, 31))
+        assert experiment.info.status == "FINISHED" and "val/bits_per_byte" in experiment.data.metrics
 
 
 def test_registry_versions_tags_and_a_moving_alias(built_repo: Path, server: Server, monkeypatch) -> None:
@@ -188,7 +293,9 @@ def test_registry_versions_tags_and_a_moving_alias(built_repo: Path, server: Ser
     set_alias("solomon", "production", second)
     assert alias_version("solomon", "production") == "2"
     version = MlflowClient(server.uri).get_model_version("solomon", first)
-    assert version.tags == {"solomon.run_id": run_dir.name, "gate": "passed"}
+    model_sha = json.loads((run_dir / "run.json").read_text())["sha256"]["model"]
+    assert version.tags == {"solomon.run_id": run_dir.name, "model.sha256": model_sha, "gate": "passed"}
+    assert version.source.endswith(f"/{model_artifact_path(model_sha)}")
     runs = MlflowClient(server.uri).search_runs(
         [MlflowClient(server.uri).get_experiment_by_name("registry-test").experiment_id]
     )

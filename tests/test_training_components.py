@@ -167,3 +167,17 @@ def test_finished_runs_resume_without_training_more(tiny_run, tmp_path: Path) ->
     shorter, _ = tiny_run({"train": {"max_steps": 15, "early_stopping": {"patience": 1, "min_delta": 100.0}}}, tmp_path)
     with pytest.raises(SolomonError, match=r"at step 20, past train\.max_steps 15"):
         train(shorter, paths)
+
+
+def test_training_run_id_is_kept_by_saves_and_resumes_and_renewed_only_by_clear(tmp_path: Path) -> None:
+    """The id that finds a run's MLflow run again: one per training run, however often it is resumed."""
+    manager = CheckpointManager(tmp_path / "checkpoints", keep=1)
+    run_id = manager.run_id()
+    assert run_id.startswith("train-") and len(run_id) == len("train-20261129T000000Z-") + 8
+    for step in (1, 2):
+        manager.save(step, {"step": step, "x": torch.zeros(1)})
+    manager.mark_completed(True)
+    assert [e["step"] for e in manager.read_index()["checkpoints"]] == [2]
+    assert CheckpointManager(tmp_path / "checkpoints", keep=1).run_id() == run_id  # a new process resuming
+    manager.clear()
+    assert manager.run_id() != run_id

@@ -7,7 +7,6 @@ import hashlib
 import json
 import platform
 import shutil
-import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,24 +16,9 @@ import solomon
 from solomon.atomic import canonical_json, staged_dir, write_json, write_text
 from solomon.hashing import sha256_file
 from solomon.params import Params
+from solomon.provenance import git_state
 from solomon.report import charts, document
 from solomon.train.run_log import read_evals, read_steps
-
-PIPELINE_OUTPUTS = ("dvc.lock", "metrics.json", "reports")
-
-
-def _git_state() -> dict:
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", *args], capture_output=True, text=True, check=True, timeout=10)
-            return done.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    commit = git("rev-parse", "HEAD")
-    # Dirty means code or params differ from the commit; the pipeline's own outputs change during every run.
-    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":!{p}" for p in PIPELINE_OUTPUTS))
-    return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
 def _one_line(text: str) -> str:
@@ -67,8 +51,9 @@ def create_run(
     evals = read_evals(files["train_evals"])
     run_info = {
         "run_id": run_id,
+        "train_run_id": train_metrics.get("train_run_id"),
         "created_utc": now.isoformat(timespec="seconds"),
-        "git": _git_state(),
+        "git": git_state(),
         "versions": {"solomon": solomon.__version__, "python": platform.python_version(), "torch": torch.__version__},
         "sha256": hashes,
     }
@@ -86,7 +71,7 @@ def create_run(
         intro = [
             f"Created {run_info['created_utc']} from git commit {run_info['git']['commit'] or 'unknown'}"
             + (" (uncommitted changes)" if run_info["git"]["dirty"] else "")
-            + ".",
+            + f", of training run {run_info['train_run_id'] or 'unknown'} (MLflow tag solomon.train_run_id).",
             f"Corpus: {params.corpus.source}; data card: datacard.md. Hyperparameters: params.yaml, "
             "hyperparameters.json.",
         ]

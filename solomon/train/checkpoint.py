@@ -1,19 +1,22 @@
 """Checkpoints: atomic files, an index with each file's SHA256, the last K kept, verified before loading.
 
-``checkpoints/index.json`` lists the checkpoints that were completely written, oldest first. A checkpoint file
-is written to a temporary name, fsynced and renamed before the index names it, so a kill at any moment leaves
-the newest listed checkpoint whole. Loading checks the SHA256 first and unpickles with ``weights_only=True``
-(tensors and plain containers only), so a tampered file can never run code. A file that fails either check is
-reported and the previous one is used.
+``checkpoints/index.json`` names the training run they belong to (its id is made when the run starts, so a
+resume, however often, is the same run) and lists the checkpoints that were completely written, oldest first.
+A checkpoint file is written to a temporary name, fsynced and renamed before the index names it, so a kill at
+any moment leaves the newest listed checkpoint whole. Loading checks the SHA256 first and unpickles with
+``weights_only=True`` (tensors and plain containers only), so a tampered file can never run code. A file that
+fails either check is reported and the previous one is used.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
+import secrets
 import shutil
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -77,14 +80,22 @@ class CheckpointManager:
         entries.append({"step": step, "file": path.name, "sha256": sha256_file(path)})
         entries.sort(key=lambda e: e["step"])
         stale, kept = entries[: -self.keep], entries[-self.keep :]
-        write_json(self.index_path, {"checkpoints": kept, "completed": False})
+        write_json(self.index_path, {**index, "checkpoints": kept, "completed": False})
         for entry in stale:
             (self.directory / entry["file"]).unlink(missing_ok=True)
         return path
 
     def mark_completed(self, completed: bool = True) -> None:
+        write_json(self.index_path, {**self.read_index(), "completed": completed})
+
+    def run_id(self) -> str:
+        """The id of the training run these checkpoints belong to; a new run gets one (time + random) and keeps
+        it through every resume, until ``clear``."""
         index = self.read_index()
-        write_json(self.index_path, {"checkpoints": index["checkpoints"], "completed": completed})
+        if not index.get("run_id"):
+            index["run_id"] = f"train-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
+            write_json(self.index_path, index)
+        return index["run_id"]
 
     def load_latest(self) -> Loaded | None:
         """The newest checkpoint that passes its SHA256 check and loads safely; None when there is none."""

@@ -1,11 +1,17 @@
-"""Fault injection for the resume tests: ``SOLOMON_CRASH_AT=<point>:<step>`` makes the training process
-SIGKILL itself at that point, so a test can kill it at an exact moment (mid checkpoint write, right after an
-evaluation) with a real signal. Unset, this does nothing."""
+"""Fault injection for the resume and tracking tests; unset, this does nothing.
+
+``SOLOMON_CRASH_AT=<point>:<step>`` makes the training process SIGKILL itself at that point, so a test can kill
+it at an exact moment (mid checkpoint write, right after an evaluation) with a real signal.
+``SOLOMON_PAUSE_AT=<step>:<path>`` makes it write ``<path>.paused`` after that step and wait until ``<path>``
+exists, so a test can act (stop a server, kill the process) while a run is known to be mid-way.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 POINTS = ("checkpoint-write", "after-eval", "after-step")
 
@@ -14,3 +20,13 @@ def maybe_crash(point: str, step: int) -> None:
     wanted = os.environ.get("SOLOMON_CRASH_AT")
     if wanted and wanted == f"{point}:{step}":
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def maybe_pause(step: int) -> None:
+    wanted = os.environ.get("SOLOMON_PAUSE_AT")
+    if not wanted or wanted.split(":", 1)[0] != str(step):
+        return
+    release = Path(wanted.split(":", 1)[1])
+    Path(f"{release}.paused").touch()
+    while not release.exists():
+        time.sleep(0.05)

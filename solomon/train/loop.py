@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -71,6 +72,29 @@ class StopSignals:
             signal.signal(signum, handler)
 
 
+class Tracker(Protocol):
+    """What the loop tells experiment tracking (``solomon.tracking.LiveTracker``); the loop knows no more of it."""
+
+    def start(self, train_run_id: str, steps: list[dict], evals: list[dict]) -> None: ...
+    def step(self, row: dict) -> None: ...
+    def evaluation(self, record: dict) -> None: ...
+    def finish(self, status: str) -> None: ...
+
+
+class NoTracking:
+    def start(self, train_run_id: str, steps: list[dict], evals: list[dict]) -> None:
+        pass
+
+    def step(self, row: dict) -> None:
+        pass
+
+    def evaluation(self, record: dict) -> None:
+        pass
+
+    def finish(self, status: str) -> None:
+        pass
+
+
 def build_model(params: Params, vocab_size: int) -> GPT:
     config = GPTConfig(vocab_size=vocab_size, **params.model.model_dump())
     torch.manual_seed(stream_seed(params.train.seed, "init"))
@@ -104,8 +128,9 @@ def accumulate_gradients(
     return total
 
 
-def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
+def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Tracker | None = None) -> dict:
     cfg = params.train
+    tracker = tracker or NoTracking()
     configure_torch(cfg.threads)
     tokens = open_tokens(paths.tokens_dir, "train")
     val_tokens = open_tokens(paths.tokens_dir, "val")
@@ -169,6 +194,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
             )
         print(f"train: resuming from {loaded.path} (step {start})", file=sys.stderr)
     checkpoints.mark_completed(False)
+    train_run_id = checkpoints.run_id()
 
     def checkpoint_state(step: int) -> dict:
         return {
@@ -210,43 +236,45 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
         improved = stopper.update(step, metrics["loss"])
         if improved:
             weights.save(model, best_dir)
-        run_log.evaluation(
-            {
-                "step": step,
-                "val_loss": metrics["loss"],
-                "val_perplexity": metrics["perplexity"],
-                "val_bits_per_byte": metrics["bits_per_byte"],
-                "best": improved,
-                "samples": samples,
-            }
-        )
+        record = {
+            "step": step,
+            "val_loss": metrics["loss"],
+            "val_perplexity": metrics["perplexity"],
+            "val_bits_per_byte": metrics["bits_per_byte"],
+            "best": improved,
+            "samples": samples,
+        }
+        run_log.evaluation(record)
+        tracker.evaluation(record)
 
-    run_log.open()
     tokens_per_step = cfg.batch_size * params.model.block_size
     max_norm = cfg.clip if cfg.clip > 0 else math.inf
     started = time.perf_counter()
     model.train()
-    exit_code = None
     done = start
-    with StopSignals() as stop_signals:
-        last = start if stopper.should_stop else cfg.max_steps  # an early-stopped run stays stopped
-        progress = tqdm(range(start, last), desc="train", unit="step", mininterval=2.0, initial=start, total=last)
-        for step in progress:
-            step_started = time.perf_counter()
-            lr = schedule.lr(step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            micro_batches = [data_order.batch(tokens, step, m) for m in range(cfg.accum_steps)]
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum = accumulate_gradients(step_model, micro_batches, cfg.label_smoothing, autocast)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
-            optimizer.step()
-            if not math.isfinite(loss_sum):
-                raise SolomonError(f"loss became {loss_sum} at step {step + 1}: lower lr.peak or raise lr.warmup")
+    run_log.open()
+    tracker.start(train_run_id, run_log.steps, run_log.evals)
+    exit_code = None
+    status = "FAILED"  # unless the run ends, or stops on a signal
+    try:
+        with StopSignals() as stop_signals:
+            last = start if stopper.should_stop else cfg.max_steps  # an early-stopped run stays stopped
+            progress = tqdm(range(start, last), desc="train", unit="step", mininterval=2.0, initial=start, total=last)
+            for step in progress:
+                step_started = time.perf_counter()
+                lr = schedule.lr(step)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                micro_batches = [data_order.batch(tokens, step, m) for m in range(cfg.accum_steps)]
+                optimizer.zero_grad(set_to_none=True)
+                loss_sum = accumulate_gradients(step_model, micro_batches, cfg.label_smoothing, autocast)
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
+                optimizer.step()
+                if not math.isfinite(loss_sum):
+                    raise SolomonError(f"loss became {loss_sum} at step {step + 1}: lower lr.peak or raise lr.warmup")
 
-            done = step + 1
-            run_log.step(
-                {
+                done = step + 1
+                row = {
                     "step": done,
                     "tokens": done * tokens_per_step,
                     "loss": loss_sum,
@@ -254,58 +282,62 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False) -> dict:
                     "grad_norm": grad_norm,
                     "tokens_per_s": tokens_per_step / (time.perf_counter() - step_started),
                 }
-            )
-            progress.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.2e}", refresh=False)
-            if done % cfg.eval_interval == 0 or done == cfg.max_steps:
-                evaluate_and_sample(done)
-                faults.maybe_crash("after-eval", done)
-            finished = done == cfg.max_steps or stopper.should_stop
-            if done % cfg.ckpt_interval == 0 or finished or stop_signals.received:
-                checkpoints.save(done, checkpoint_state(done))
-            faults.maybe_crash("after-step", done)
-            if stop_signals.received:
-                exit_code = 128 + stop_signals.received
-                print(
-                    f"train: signal {stop_signals.received} at step {done}; checkpoint written, exiting "
-                    f"with {exit_code}; `dvc repro` resumes",
-                    file=sys.stderr,
-                )
-                break
-            if stopper.should_stop:
-                print(
-                    f"train: early stop at step {done}; best val loss {stopper.best:.4f} at step {stopper.best_step}",
-                    file=sys.stderr,
-                )
-                break
-        progress.close()
-    run_log.close()
-    if exit_code is not None:
-        raise SystemExit(exit_code)
+                run_log.step(row)
+                tracker.step(row)
+                progress.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.2e}", refresh=False)
+                if done % cfg.eval_interval == 0 or done == cfg.max_steps:
+                    evaluate_and_sample(done)
+                    faults.maybe_crash("after-eval", done)
+                finished = done == cfg.max_steps or stopper.should_stop
+                if done % cfg.ckpt_interval == 0 or finished or stop_signals.received:
+                    checkpoints.save(done, checkpoint_state(done))
+                faults.maybe_crash("after-step", done)
+                faults.maybe_pause(done)
+                if stop_signals.received:
+                    exit_code = 128 + stop_signals.received
+                    print(
+                        f"train: signal {stop_signals.received} at step {done}; checkpoint written, exiting "
+                        f"with {exit_code}; `dvc repro` resumes",
+                        file=sys.stderr,
+                    )
+                    break
+                if stopper.should_stop:
+                    best = f"best val loss {stopper.best:.4f} at step {stopper.best_step}"
+                    print(f"train: early stop at step {done}; {best}", file=sys.stderr)
+                    break
+            progress.close()
+        run_log.close()
+        if exit_code is not None:
+            raise SystemExit(exit_code)
 
-    elapsed = time.perf_counter() - started
-    if not best_dir.is_dir():
-        raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
-    with staged_dir(paths.model_dir) as tmp:
-        shutil.copytree(best_dir, tmp, dirs_exist_ok=True)
-    checkpoints.mark_completed(True)
-    steps_here = done - start
-    metrics = {
-        "steps": done,
-        "tokens": done * tokens_per_step,
-        "final_loss": round(mean_tail_loss(read_steps(paths.steps_log)), 6),
-        "best_step": stopper.best_step,
-        "best_val_loss": round(stopper.best, 6),
-        "stopped_early": stopper.should_stop,
-        "parameters": model.num_params(non_embedding=False),
-        "resumed_from_step": start,
-        "wall_s": round(elapsed, 2),
-        "tokens_per_s": round(steps_here * tokens_per_step / elapsed, 1) if steps_here else None,
-        "precision": cfg.precision,
-        "compile": cfg.compile,
-        "threads": cfg.threads,
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-    }
-    write_json(paths.metrics, metrics)
+        elapsed = time.perf_counter() - started
+        if not best_dir.is_dir():
+            raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
+        with staged_dir(paths.model_dir) as tmp:
+            shutil.copytree(best_dir, tmp, dirs_exist_ok=True)
+        checkpoints.mark_completed(True)
+        steps_here = done - start
+        metrics = {
+            "steps": done,
+            "tokens": done * tokens_per_step,
+            "final_loss": round(mean_tail_loss(read_steps(paths.steps_log)), 6),
+            "best_step": stopper.best_step,
+            "best_val_loss": round(stopper.best, 6),
+            "stopped_early": stopper.should_stop,
+            "parameters": model.num_params(non_embedding=False),
+            "resumed_from_step": start,
+            "wall_s": round(elapsed, 2),
+            "tokens_per_s": round(steps_here * tokens_per_step / elapsed, 1) if steps_here else None,
+            "precision": cfg.precision,
+            "compile": cfg.compile,
+            "threads": cfg.threads,
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "train_run_id": train_run_id,
+        }
+        write_json(paths.metrics, metrics)
+        status = "FINISHED"
+    finally:
+        tracker.finish("KILLED" if exit_code is not None else status)
     return metrics
 
 

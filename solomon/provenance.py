@@ -1,0 +1,21 @@
+"""Where a run came from: the git commit and whether code or params differed from it."""
+
+from __future__ import annotations
+
+import subprocess
+
+# The pipeline's own outputs change during every run; they do not make a checkout dirty.
+PIPELINE_OUTPUTS = ("dvc.lock", "metrics.json", "reports")
+
+
+def git_state() -> dict:
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, check=True, timeout=10)
+            return done.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":!{p}" for p in PIPELINE_OUTPUTS))
+    return {"commit": commit, "dirty": bool(status) if status is not None else None}
