@@ -14,8 +14,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from solomon.errors import SolomonError
-
 
 def _umask() -> int:
     current = os.umask(0)
@@ -67,11 +65,10 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 @contextmanager
-def staged_dir(target: str | Path, *, replace: bool = True) -> Iterator[Path]:
+def staged_dir(target: str | Path) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``target``; on success it becomes ``target``.
 
     On any error the temporary directory is removed and ``target`` is left exactly as it was.
-    With ``replace=False`` an existing ``target`` is an error (a run directory is never overwritten).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -84,8 +81,6 @@ def staged_dir(target: str | Path, *, replace: bool = True) -> Iterator[Path]:
                 with open(file, "rb+") as handle:
                     os.fsync(handle.fileno())
         if target.exists():
-            if not replace:
-                raise SolomonError(f"{target} already exists and is never overwritten: run again for a new one")
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)

@@ -1,7 +1,7 @@
 """MLflow tracking: the only module that imports mlflow.
 
-One MLflow run per training run, found again by the training run id (tag ``solomon.train_run_id``), so a
-killed and resumed run, and every report made of it, land in the same MLflow run.
+One MLflow run per training run, found again by its run id (tag ``solomon.run_id``; the same id names the run
+directory), so a killed and resumed run, and every report made of it, land in the same MLflow run.
 
 - ``LiveTracker`` streams the training loop's steps, evaluations and samples while it trains, from a background
   thread: a slow or dead server never holds up a step, and never stops one.
@@ -40,9 +40,8 @@ from solomon.provenance import git_state
 from solomon.train.run_log import read_evals, read_steps
 
 EXPERIMENT = "solomon"
-TRAIN_RUN_TAG = "solomon.train_run_id"
-RUN_ID_TAG = "solomon.run_id"  # the newest report directory logged to this MLflow run
-REPORT_TAG_PREFIX = "solomon.report."  # one per report directory: solomon.report.<run-id> = its model's SHA256
+RUN_ID_TAG = "solomon.run_id"
+MODEL_TAG = "model.sha256"  # the model of the newest report logged to the run
 STEP_METRICS = {
     "loss": "train/loss",
     "lr": "train/lr",
@@ -100,16 +99,16 @@ def _find_run(client: MlflowClient, experiment_id: str, filter_string: str) -> s
     return found[0].info.run_id if found else None
 
 
-def _open_run(root: Path, train_run_id: str, tags: dict[str, str], params: dict) -> tuple[MlflowClient, str]:
-    """The MLflow run of ``train_run_id`` (created when new), given the params and tags it lacks."""
+def _open_run(root: Path, run_id: str, tags: dict[str, str], params: dict) -> tuple[MlflowClient, str]:
+    """The MLflow run of ``run_id`` (created when new), given the params and tags it lacks."""
     uri = tracking_uri(root)
     client = MlflowClient(tracking_uri=uri)
     experiment_id = _experiment_id(client, uri, root)
-    mlflow_run = _find_run(client, experiment_id, f"tags.`{TRAIN_RUN_TAG}` = '{train_run_id}'")
+    mlflow_run = _find_run(client, experiment_id, f"tags.`{RUN_ID_TAG}` = '{run_id}'")
     if mlflow_run is None:
         exp_name = os.environ.get("DVC_EXP_NAME")
-        name = f"{exp_name}-{train_run_id}" if exp_name else train_run_id
-        mlflow_run = client.create_run(experiment_id, run_name=name, tags={TRAIN_RUN_TAG: train_run_id}).info.run_id
+        name = f"{exp_name}-{run_id}" if exp_name else run_id
+        mlflow_run = client.create_run(experiment_id, run_name=name, tags={RUN_ID_TAG: run_id}).info.run_id
     logged = client.get_run(mlflow_run).data
     # MLflow params are immutable: a value that changed since (train.max_steps on a resume) stays as first logged;
     # the run directory's hyperparameters.json is the record.
@@ -197,8 +196,8 @@ class LiveTracker:
 
     # --- called by the training loop (cheap, never raises) ---
 
-    def start(self, train_run_id: str, steps: list[dict], evals: list[dict]) -> None:
-        self.train_run_id = train_run_id
+    def start(self, run_id: str, steps: list[dict], evals: list[dict]) -> None:
+        self.run_id = run_id
         self._history = (list(steps), list(evals))
         self._thread = threading.Thread(target=self._work, name="solomon-tracking", daemon=True)
         self._thread.start()
@@ -251,12 +250,11 @@ class LiveTracker:
         if self._outage:
             missing = len(self._pending) // len(STEP_METRICS)
             _warn(
-                f"about {missing} steps of training run {self.train_run_id} did not reach {self.uri}. "
-                + self._replay_hint()
+                f"about {missing} steps of training run {self.run_id} did not reach {self.uri}. " + self._replay_hint()
             )
 
     def _connect(self) -> None:
-        client, mlflow_run = _open_run(self._root, self.train_run_id, self._tags, self._params)
+        client, mlflow_run = _open_run(self._root, self.run_id, self._tags, self._params)
         info = client.get_run(mlflow_run).info
         if info.status != "RUNNING":
             client.update_run(mlflow_run, status="RUNNING")
@@ -319,17 +317,14 @@ def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = Non
     """Log ``run_dir`` (and ``model_dir``, when it holds this run's weights) to MLflow, adding only what is
     missing; return the MLflow run id."""
     run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    train_run_id = run_info.get("train_run_id") or run_info["run_id"]  # run directories before live tracking
+    run_id = run_info["run_id"]
     model_sha = run_info["sha256"]["model"]
-    tags = source_tags(run_info["git"]) | {
-        RUN_ID_TAG: run_info["run_id"],
-        REPORT_TAG_PREFIX + run_info["run_id"]: model_sha,
-    }
+    tags = source_tags(run_info["git"]) | {MODEL_TAG: model_sha}
     lock = root / "dvc.lock"
     if lock.is_file():
         tags["dvc.lock.sha256"] = sha256_file(lock)
     hyperparameters = json.loads((run_dir / "hyperparameters.json").read_text(encoding="utf-8"))
-    client, mlflow_run = _open_run(root, train_run_id, tags, param_values(hyperparameters))
+    client, mlflow_run = _open_run(root, run_id, tags, param_values(hyperparameters))
 
     # Training metrics are deterministic per step: a step already present is never logged again. Replayed
     # steps get the timestamp start + step (ms), so two replays of one step are identical rows.
@@ -358,7 +353,7 @@ def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = Non
     for record in evals:
         if samples_path(record["step"]) not in have_samples:
             client.log_text(mlflow_run, samples_markdown(record), samples_path(record["step"]))
-    client.log_artifacts(mlflow_run, str(run_dir), f"reports/{run_info['run_id']}")
+    client.log_artifacts(mlflow_run, str(run_dir), "report")
     model = _matching_model_dir(run_info, model_dir)
     if model is not None:
         client.log_artifacts(mlflow_run, str(model), model_artifact_path(model_sha))
@@ -379,16 +374,17 @@ def sync_or_warn(run_dir: Path, root: Path = Path("."), model_dir: Path | None =
 
 
 def register_version(run_id: str, name: str, tags: dict[str, str], root: Path = Path(".")) -> str:
-    """Register the model of report directory ``run_id`` as a new version of ``name``; return the version."""
+    """Register the model of run ``run_id`` (as its newest report logged it) as a new version of ``name``;
+    return the version."""
     client = MlflowClient(tracking_uri=tracking_uri(root))
     experiment = client.get_experiment_by_name(os.environ.get("MLFLOW_EXPERIMENT_NAME", EXPERIMENT))
-    report_tag = REPORT_TAG_PREFIX + run_id
-    mlflow_run = (
-        None if experiment is None else _find_run(client, experiment.experiment_id, f"tags.`{report_tag}` LIKE '%'")
+    found = (
+        None if experiment is None else _find_run(client, experiment.experiment_id, f"tags.`{RUN_ID_TAG}` = '{run_id}'")
     )
-    if mlflow_run is None:
+    model_sha = None if found is None else client.get_run(found).data.tags.get(MODEL_TAG)
+    if model_sha is None:
         raise SolomonError(f"run {run_id!r} is not in {tracking_uri(root)}: `solomon track sync {run_id}` first")
-    model_sha = client.get_run(mlflow_run).data.tags[report_tag]
+    mlflow_run = found
     source = model_artifact_path(model_sha)
     if not any(a.path == f"{source}/model.safetensors" for a in client.list_artifacts(mlflow_run, source)):
         raise SolomonError(f"MLflow run of {run_id} has no model artifact: sync it from the checkout that trained it")
@@ -401,7 +397,7 @@ def register_version(run_id: str, name: str, tags: dict[str, str], root: Path = 
         name,
         f"runs:/{mlflow_run}/{source}",
         run_id=mlflow_run,
-        tags={RUN_ID_TAG: run_id, "model.sha256": model_sha, **tags},
+        tags={RUN_ID_TAG: run_id, MODEL_TAG: model_sha, **tags},
     )
     return version.version
 

@@ -78,10 +78,15 @@ def test_eval_param_change_reruns_only_evaluate_and_report(repo_copy: Path) -> N
     write_params(repo_copy, {"eval": {"max_tokens": 2048}})
     done = dvc(repo_copy, "repro")
     assert ran_stages(done.stdout) == {"evaluate", "report"}, done.stdout
-    after = run_dirs(repo_copy)
-    assert len(after) == len(before) + 1
-    # The older run directory is untouched, byte for byte.
-    assert {p.name: p.read_bytes() for p in old_run.iterdir()} == old_bytes
+    # Same training run, so the same run directory, rebuilt with the new evaluation; its training record is
+    # unchanged byte for byte.
+    assert run_dirs(repo_copy) == before
+    new_bytes = {p.name: p.read_bytes() for p in old_run.iterdir()}
+    assert new_bytes.keys() == old_bytes.keys()
+    for name in ("train_log.tsv", "train_evals.jsonl", "train_metrics.json", "datacard.md"):
+        assert new_bytes[name] == old_bytes[name], name
+    assert "max_tokens: 2048" in new_bytes["params.yaml"].decode()
+    assert json.loads(new_bytes["metrics.json"])["val"]["tokens"] == 2048
     assert json.loads((repo_copy / "metrics.json").read_text())["val"]["tokens"] == 2048
 
 
@@ -106,8 +111,8 @@ def test_exp_run_changes_warmup_and_metrics_diff_shows_it(repo_copy: Path) -> No
     runs = client.search_runs([client.get_experiment_by_name("solomon").experiment_id])
     exp_runs = [r for r in runs if "dvc.exp_name" in r.data.tags]
     assert len(runs) == 2 and len(exp_runs) == 1, [r.data.tags for r in runs]
-    train_run_id = json.loads((repo_copy / "reports/train_metrics.json").read_text())["train_run_id"]
-    assert exp_runs[0].info.run_name == f"{exp_runs[0].data.tags['dvc.exp_name']}-{train_run_id}"
+    run_id = json.loads((repo_copy / "reports/latest.json").read_text())["run_id"]
+    assert exp_runs[0].info.run_name == f"{exp_runs[0].data.tags['dvc.exp_name']}-{run_id}"
 
 
 def test_tokenizer_and_encoded_splits_are_byte_identical_across_runs(built_repo: Path, tmp_path: Path) -> None:

@@ -7,9 +7,11 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import yaml
 
 from solomon.datacard import card_fields, render_markdown
+from solomon.errors import SolomonError
 from solomon.params import load_params
 from solomon.report.run import create_run
 
@@ -38,27 +40,31 @@ def test_html_report_is_self_contained_and_has_both_curves(built_repo: Path) -> 
     assert "## Evaluations during training (fixed validation subset)" in markdown
 
 
-def test_a_new_run_never_touches_an_older_one(repo_copy: Path) -> None:
+def test_a_run_directory_belongs_to_one_training_run(repo_copy: Path) -> None:
+    """Another training run's report never touches this one; a rebuilt report of the same run replaces its
+    directory whole."""
     params = load_params(repo_copy / "params.yaml")
     files = {name: repo_copy / path for name, path in REPORT_INPUTS.items()}
-    root = repo_copy / "reports/training"
-    older = sorted(root.iterdir())
-    snapshot = {p: p.read_bytes() for d in older for p in d.iterdir()}
+    root, latest = repo_copy / "reports/training", repo_copy / "reports/latest.json"
+    this_run = root / json.loads(latest.read_text())["run_id"]
+    snapshot = {p: p.read_bytes() for p in this_run.iterdir()}
+    other = json.loads(files["train_metrics"].read_text()) | {"run_id": "20300102T030405Z-0123abcd"}
+    files["train_metrics"] = repo_copy / "other_train_metrics.json"
+    files["train_metrics"].write_text(json.dumps(other))
     when = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
-    first = create_run(params, repo_copy / "params.yaml", files, root, repo_copy / "reports/latest.json", when)
-    assert first.name.startswith("20300102T030405Z-")
-    assert {p: p.read_bytes() for d in older for p in d.iterdir()} == snapshot
-    again = create_run(
-        params,
-        repo_copy / "params.yaml",
-        files,
-        root,
-        repo_copy / "reports/latest.json",
-        datetime(2030, 1, 2, 3, 4, 6, tzinfo=UTC),
-    )
-    assert again != first and first.is_dir()
-    run_info = json.loads((again / "run.json").read_text())
-    assert set(run_info["sha256"]) == {*REPORT_INPUTS, "params"}
+    other_dir = create_run(params, repo_copy / "params.yaml", files, root, latest, when)
+    assert other_dir == root / "20300102T030405Z-0123abcd"
+    assert {p: p.read_bytes() for p in this_run.iterdir()} == snapshot
+    assert json.loads(latest.read_text())["run_id"] == other_dir.name
+    (other_dir / "stray.txt").write_text("left over")
+    rebuilt = create_run(params, repo_copy / "params.yaml", files, root, latest, datetime(2030, 1, 3, tzinfo=UTC))
+    assert rebuilt == other_dir and not (rebuilt / "stray.txt").exists()
+    run_info = json.loads((rebuilt / "run.json").read_text())
+    assert run_info["created_utc"].startswith("2030-01-03") and set(run_info["sha256"]) == {*REPORT_INPUTS, "params"}
+    del other["run_id"]
+    files["train_metrics"].write_text(json.dumps(other))
+    with pytest.raises(SolomonError, match="names no run_id"):
+        create_run(params, repo_copy / "params.yaml", files, root, latest, when)
 
 
 def test_kjv_data_card_has_front_matter_and_all_datasheet_sections(built_repo: Path) -> None:

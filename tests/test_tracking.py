@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from solomon import mlflow_server
 from solomon.scratch import pipeline_env
-from solomon.tracking import STEP_METRICS, TRAIN_RUN_TAG, model_artifact_path, sync_run
+from solomon.tracking import RUN_ID_TAG, STEP_METRICS, model_artifact_path, sync_run
 
 
 def free_port() -> int:
@@ -73,9 +73,9 @@ def run_dir_of(repo: Path) -> Path:
     return repo / json.loads((repo / "reports/latest.json").read_text())["path"]
 
 
-def the_run(client: MlflowClient, train_run_id: str):
+def the_run(client: MlflowClient, run_id: str):
     experiment = client.get_experiment_by_name("solomon")
-    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{TRAIN_RUN_TAG}` = '{train_run_id}'")
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'")
     assert len(runs) == 1
     return runs[0]
 
@@ -87,7 +87,7 @@ def steps_of(client: MlflowClient, mlflow_run: str, key: str) -> list[int]:
 
 def check_everything_readable(client: MlflowClient, run_dir: Path, tmp_path: Path, model: bool = True) -> None:
     run_info = json.loads((run_dir / "run.json").read_text())
-    run = the_run(client, run_info["train_run_id"])
+    run = the_run(client, run_info["run_id"])
     mlflow_run = run.info.run_id
     hyper = json.loads((run_dir / "hyperparameters.json").read_text())
     assert run.data.params["lr.warmup"] == str(hyper["lr"]["warmup"])
@@ -106,7 +106,7 @@ def check_everything_readable(client: MlflowClient, run_dir: Path, tmp_path: Pat
     assert samples == [f"samples/step_{s:07d}.md" for s in (10, 20, 30)]
     local = client.download_artifacts(mlflow_run, "samples/step_0000010.md", str(tmp_path))
     assert "In the beginning" in Path(local).read_text()
-    html = client.download_artifacts(mlflow_run, f"reports/{run_dir.name}/report.html", str(tmp_path))
+    html = client.download_artifacts(mlflow_run, "report/report.html", str(tmp_path))
     assert Path(html).read_bytes() == (run_dir / "report.html").read_bytes()
     if model:
         path = f"{model_artifact_path(run_info['sha256']['model'])}/model.safetensors"
@@ -140,13 +140,13 @@ def wait_until(condition, what: str, process: subprocess.Popen | None = None, ti
         time.sleep(0.1)
 
 
-def logged_steps(uri: str, train_run_id: str) -> list[int]:
+def logged_steps(uri: str, run_id: str) -> list[int]:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("solomon")
     runs = (
         []
         if experiment is None
-        else client.search_runs([experiment.experiment_id], filter_string=f"tags.`{TRAIN_RUN_TAG}` = '{train_run_id}'")
+        else client.search_runs([experiment.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'")
     )
     return steps_of(client, runs[0].info.run_id, "train/loss") if runs else []
 
@@ -165,7 +165,7 @@ def start_retraining(repo: Path, env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-def train_run_id_of(repo: Path) -> str:
+def run_id_of(repo: Path) -> str:
     return json.loads((repo / "checkpoints/index.json").read_text())["run_id"]
 
 
@@ -179,8 +179,8 @@ def test_live_training_rides_out_a_server_that_is_down_comes_back_and_dies(
     training = start_retraining(repo_copy, env)
     wait_until(Path(f"{release}.paused").exists, "training paused at step 15", training)
     server.start()
-    train_run_id = train_run_id_of(repo_copy)
-    wait_until(lambda: logged_steps(server.uri, train_run_id) == list(range(1, 16)), "steps 1-15 caught up live")
+    run_id = run_id_of(repo_copy)
+    wait_until(lambda: logged_steps(server.uri, run_id) == list(range(1, 16)), "steps 1-15 caught up live")
     server.kill()  # SIGKILL, mid-run
     release.touch()
     output = training.communicate(timeout=300)[0]
@@ -208,15 +208,15 @@ def test_killed_and_resumed_training_is_one_mlflow_run(repo_copy: Path, server: 
     env = {"MLFLOW_TRACKING_URI": server.uri, "SOLOMON_PAUSE_AT": f"25:{release}"}
     training = start_retraining(repo_copy, env)
     wait_until(Path(f"{release}.paused").exists, "training paused at step 25", training)
-    train_run_id = train_run_id_of(repo_copy)
-    wait_until(lambda: logged_steps(server.uri, train_run_id) == list(range(1, 26)), "steps 1-25 logged live")
+    run_id = run_id_of(repo_copy)
+    wait_until(lambda: logged_steps(server.uri, run_id) == list(range(1, 26)), "steps 1-25 logged live")
     os.killpg(training.pid, signal.SIGKILL)  # checkpoint at 20: steps 21-25 are recomputed on resume
     training.communicate(timeout=60)
     env.pop("SOLOMON_PAUSE_AT")
     done = subprocess.run([DVC, "repro"], cwd=repo_copy, env=pipeline_env() | env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resuming from" in done.stderr and "(step 20)" in done.stderr
-    assert train_run_id_of(repo_copy) == train_run_id
+    assert run_id_of(repo_copy) == run_id
     check_everything_readable(MlflowClient(server.uri), run_dir_of(repo_copy), tmp_path)
 
 
@@ -267,7 +267,7 @@ def test_temp_and_queued_experiments_log_to_the_workspace_store(repo_copy: Path,
     for experiment in experiments.values():
         tags = experiment.data.tags
         assert tags["dvc.exp_baseline_rev"] == head and tags["dvc.exp_name"] in shown
-        assert experiment.info.run_name == f"{tags['dvc.exp_name']}-{tags[TRAIN_RUN_TAG]}"
+        assert experiment.info.run_name == f"{tags['dvc.exp_name']}-{tags[RUN_ID_TAG]}"
         assert steps_of(client, experiment.info.run_id, "train/loss") == list(range(1, 31))
         assert experiment.info.status == "FINISHED" and "val/bits_per_byte" in experiment.data.metrics
 

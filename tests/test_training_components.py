@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -173,7 +174,7 @@ def test_training_run_id_is_kept_by_saves_and_resumes_and_renewed_only_by_clear(
     """The id that finds a run's MLflow run again: one per training run, however often it is resumed."""
     manager = CheckpointManager(tmp_path / "checkpoints", keep=1)
     run_id = manager.run_id()
-    assert run_id.startswith("train-") and len(run_id) == len("train-20261129T000000Z-") + 8
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", run_id)
     for step in (1, 2):
         manager.save(step, {"step": step, "x": torch.zeros(1)})
     manager.mark_completed(True)

@@ -1,9 +1,12 @@
-"""Create ``reports/training/<run-id>/``: the hyperparameter record, the data card, metrics, the training log,
-loss and LR curves in Markdown and HTML. A run directory is created once and never changed afterwards."""
+"""Write ``reports/training/<run-id>/``: the hyperparameter record, the data card, metrics, the training log,
+loss and LR curves in Markdown and HTML.
+
+The run id is the training run's (made when training started, kept through resumes), so a run directory belongs
+to one training run: rebuilding its report replaces that directory whole, atomically, and never touches another
+run's."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import shutil
@@ -13,7 +16,8 @@ from pathlib import Path
 import torch
 
 import solomon
-from solomon.atomic import canonical_json, staged_dir, write_json, write_text
+from solomon.atomic import staged_dir, write_json, write_text
+from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.params import Params
 from solomon.provenance import git_state
@@ -24,11 +28,6 @@ from solomon.train.run_log import read_evals, read_steps
 def _one_line(text: str) -> str:
     """Generated text in a table cell: newlines shown as ⏎, pipes escaped for Markdown tables."""
     return text.replace("\n", " ⏎ ").replace("|", "\\|")
-
-
-def make_run_id(now: datetime, inputs: dict) -> str:
-    digest = hashlib.sha256(canonical_json(inputs).encode("utf-8")).hexdigest()
-    return f"{now:%Y%m%dT%H%M%SZ}-{digest[:8]}"
 
 
 def create_run(
@@ -44,21 +43,25 @@ def create_run(
     now = now or datetime.now(UTC)
     hashes = {name: sha256_file(path) for name, path in sorted(files.items())}
     hashes["params"] = sha256_file(params_path)
-    run_id = make_run_id(now, hashes)
     metrics = json.loads(files["metrics"].read_text(encoding="utf-8"))
     train_metrics = json.loads(files["train_metrics"].read_text(encoding="utf-8"))
+    run_id = train_metrics.get("run_id")
+    if not run_id:
+        raise SolomonError(
+            f"{files['train_metrics']} names no run_id (written by an older Solomon): rerun training with "
+            "`dvc repro --force train`"
+        )
     rows = read_steps(files["train_log"])
     evals = read_evals(files["train_evals"])
     run_info = {
         "run_id": run_id,
-        "train_run_id": train_metrics.get("train_run_id"),
         "created_utc": now.isoformat(timespec="seconds"),
         "git": git_state(),
         "versions": {"solomon": solomon.__version__, "python": platform.python_version(), "torch": torch.__version__},
         "sha256": hashes,
     }
     target = root / run_id
-    with staged_dir(target, replace=False) as tmp:
+    with staged_dir(target) as tmp:
         shutil.copyfile(params_path, tmp / "params.yaml")
         write_json(tmp / "hyperparameters.json", params.model_dump(mode="json"))
         for name in ("metrics", "train_metrics", "train_log", "train_evals"):
@@ -71,7 +74,7 @@ def create_run(
         intro = [
             f"Created {run_info['created_utc']} from git commit {run_info['git']['commit'] or 'unknown'}"
             + (" (uncommitted changes)" if run_info["git"]["dirty"] else "")
-            + f", of training run {run_info['train_run_id'] or 'unknown'} (MLflow tag solomon.train_run_id).",
+            + ". MLflow: the run tagged solomon.run_id = this run id.",
             f"Corpus: {params.corpus.source}; data card: datacard.md. Hyperparameters: params.yaml, "
             "hyperparameters.json.",
         ]

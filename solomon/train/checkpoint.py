@@ -89,11 +89,12 @@ class CheckpointManager:
         write_json(self.index_path, {**self.read_index(), "completed": completed})
 
     def run_id(self) -> str:
-        """The id of the training run these checkpoints belong to; a new run gets one (time + random) and keeps
-        it through every resume, until ``clear``."""
+        """The run id of the training run these checkpoints belong to (UTC start time + 8 random hex digits): made
+        when a run starts and kept through every resume, until ``clear``. The run directory, the MLflow run and the
+        report all carry it."""
         index = self.read_index()
         if not index.get("run_id"):
-            index["run_id"] = f"train-{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
+            index["run_id"] = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"  # sortable, unique
             write_json(self.index_path, index)
         return index["run_id"]
 

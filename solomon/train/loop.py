@@ -75,14 +75,14 @@ class StopSignals:
 class Tracker(Protocol):
     """What the loop tells experiment tracking (``solomon.tracking.LiveTracker``); the loop knows no more of it."""
 
-    def start(self, train_run_id: str, steps: list[dict], evals: list[dict]) -> None: ...
+    def start(self, run_id: str, steps: list[dict], evals: list[dict]) -> None: ...
     def step(self, row: dict) -> None: ...
     def evaluation(self, record: dict) -> None: ...
     def finish(self, status: str) -> None: ...
 
 
 class NoTracking:
-    def start(self, train_run_id: str, steps: list[dict], evals: list[dict]) -> None:
+    def start(self, run_id: str, steps: list[dict], evals: list[dict]) -> None:
         pass
 
     def step(self, row: dict) -> None:
@@ -194,7 +194,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
             )
         print(f"train: resuming from {loaded.path} (step {start})", file=sys.stderr)
     checkpoints.mark_completed(False)
-    train_run_id = checkpoints.run_id()
+    run_id = checkpoints.run_id()
 
     def checkpoint_state(step: int) -> dict:
         return {
@@ -253,7 +253,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
     model.train()
     done = start
     run_log.open()
-    tracker.start(train_run_id, run_log.steps, run_log.evals)
+    tracker.start(run_id, run_log.steps, run_log.evals)
     exit_code = None
     status = "FAILED"  # unless the run ends, or stops on a signal
     try:
@@ -332,7 +332,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
             "compile": cfg.compile,
             "threads": cfg.threads,
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "train_run_id": train_run_id,
+            "run_id": run_id,
         }
         write_json(paths.metrics, metrics)
         status = "FINISHED"
