@@ -47,9 +47,10 @@ def built_repo(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def repo_copy(built_repo: Path, tmp_path: Path) -> Path:
-    """A private copy of the built pipeline (git history, DVC cache and outputs included)."""
+    """A private copy of the built pipeline (git history, DVC cache and outputs included), without its MLflow
+    store: the embedded store records absolute artifact paths, so a copy of it would write into the built repo."""
     copy = tmp_path / "repo"
-    shutil.copytree(built_repo, copy, symlinks=True)
+    shutil.copytree(built_repo, copy, symlinks=True, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts"))
     return copy
 
 
