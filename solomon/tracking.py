@@ -29,6 +29,7 @@ from pathlib import Path
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
+import yaml
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -99,9 +100,32 @@ def _find_run(client: MlflowClient, experiment_id: str, filter_string: str) -> s
     return found[0].info.run_id if found else None
 
 
+def ensure_sqlite_store(uri: str) -> None:
+    """Build a new SQLite store under a temporary name and link it into place. MLflow creates its schema in many
+    steps; a kill in the middle (a run killed in its first seconds) would leave a database it can never open."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments(max_results=1)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.link(tmp, path)  # fails, harmlessly, when another process got there first
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _open_run(root: Path, run_id: str, tags: dict[str, str], params: dict) -> tuple[MlflowClient, str]:
     """The MLflow run of ``run_id`` (created when new), given the params and tags it lacks."""
     uri = tracking_uri(root)
+    ensure_sqlite_store(uri)
     client = MlflowClient(tracking_uri=uri)
     experiment_id = _experiment_id(client, uri, root)
     mlflow_run = _find_run(client, experiment_id, f"tags.`{RUN_ID_TAG}` = '{run_id}'")
@@ -111,7 +135,7 @@ def _open_run(root: Path, run_id: str, tags: dict[str, str], params: dict) -> tu
         mlflow_run = client.create_run(experiment_id, run_name=name, tags={RUN_ID_TAG: run_id}).info.run_id
     logged = client.get_run(mlflow_run).data
     # MLflow params are immutable: a value that changed since (train.max_steps on a resume) stays as first logged;
-    # the run directory's hyperparameters.json is the record.
+    # the run directory's hyperparameters.yaml is the record.
     new_params = [Param(k, v[:6000]) for k, v in sorted(params.items()) if k not in logged.params]
     new_tags = [RunTag(k, v) for k, v in sorted(tags.items()) if logged.tags.get(k) != v]
     for i in range(0, max(len(new_params), len(new_tags)), 100):
@@ -323,7 +347,7 @@ def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = Non
     lock = root / "dvc.lock"
     if lock.is_file():
         tags["dvc.lock.sha256"] = sha256_file(lock)
-    hyperparameters = json.loads((run_dir / "hyperparameters.json").read_text(encoding="utf-8"))
+    hyperparameters = yaml.safe_load((run_dir / "hyperparameters.yaml").read_text(encoding="utf-8"))
     client, mlflow_run = _open_run(root, run_id, tags, param_values(hyperparameters))
 
     # Training metrics are deterministic per step: a step already present is never logged again. Replayed
@@ -359,6 +383,16 @@ def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = Non
         client.log_artifacts(mlflow_run, str(model), model_artifact_path(model_sha))
     client.set_terminated(mlflow_run, RunStatus.to_string(RunStatus.FINISHED))
     return mlflow_run
+
+
+def open_run_or_warn(run_id: str, params: Params, root: Path = Path(".")) -> str | None:
+    """The MLflow run id of ``run_id`` (created if training could not log it), for the manifest; None, with a
+    warning, when the store cannot be reached."""
+    try:
+        return _open_run(root, run_id, source_tags(), param_values(params.model_dump(mode="json")))[1]
+    except Exception as exc:
+        _warn(f"cannot reach {tracking_uri(root)} ({_reason(exc)}); the manifest records no MLflow run id")
+        return None
 
 
 def sync_or_warn(run_dir: Path, root: Path = Path("."), model_dir: Path | None = None) -> str | None:

@@ -45,18 +45,23 @@ def test_full_repro_writes_every_output(built_repo: Path) -> None:
     latest = json.loads((built_repo / "reports/latest.json").read_text())
     run_dir = built_repo / latest["path"]
     for name in (
-        "report.md",
-        "report.html",
+        "README.md",
+        "index.html",
+        "manifest.json",
         "loss.png",
         "lr.png",
+        "grad_norm.png",
+        "tokens_per_s.png",
         "params.yaml",
-        "hyperparameters.json",
+        "hyperparameters.yaml",
         "datacard.md",
         "metrics.json",
         "train_log.tsv",
         "run.json",
     ):
         assert (run_dir / name).is_file(), name
+    assert sum(f.stat().st_size for f in run_dir.iterdir()) < 2_000_000
+    assert not [f for f in run_dir.iterdir() if f.suffix in (".safetensors", ".pt", ".bin")]
     log_lines = (built_repo / "reports/train_log.tsv").read_text().splitlines()
     assert log_lines[0].split("\t") == ["step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s"]
     assert len(log_lines) == 1 + 30

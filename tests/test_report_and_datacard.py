@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from solomon.corpus import source_files
 from solomon.datacard import card_fields, render_markdown
 from solomon.errors import SolomonError
 from solomon.params import load_params
-from solomon.report.run import create_run
+from solomon.report.run import Provenance, create_run
 
 REPORT_INPUTS = {
     "metrics": "metrics.json",
@@ -29,12 +30,14 @@ REPORT_INPUTS = {
 
 def test_html_report_is_self_contained_and_has_both_curves(built_repo: Path) -> None:
     latest = json.loads((built_repo / "reports/latest.json").read_text())
-    page = (built_repo / latest["path"] / "report.html").read_text()
-    assert page.count("<svg") == 2
+    page = (built_repo / latest["path"] / "index.html").read_text()
+    assert page.count("<svg") == 4  # loss (train and validation), learning rate, gradient norm, tokens/s
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     assert "<script" not in page
-    markdown = (built_repo / latest["path"] / "report.md").read_text()
-    assert "![loss](loss.png)" in markdown and "![lr](lr.png)" in markdown
+    assert "Motivation</h2>" in page and "Manifest SHA256" in page  # the data card, rendered; the identity
+    markdown = (built_repo / latest["path"] / "README.md").read_text()
+    for chart in ("loss", "lr", "grad_norm", "tokens_per_s"):
+        assert f"![{chart}]({chart}.png)" in markdown
     assert "bits_per_byte" in markdown and "lr.warmup" in markdown
     assert "## Samples at each evaluation" in markdown and "In the beginning" in markdown
     assert "## Evaluations during training (fixed validation subset)" in markdown
@@ -46,25 +49,30 @@ def test_a_run_directory_belongs_to_one_training_run(repo_copy: Path) -> None:
     params = load_params(repo_copy / "params.yaml")
     files = {name: repo_copy / path for name, path in REPORT_INPUTS.items()}
     root, latest = repo_copy / "reports/training", repo_copy / "reports/latest.json"
+    provenance = Provenance(
+        repo_copy, source_files(params.corpus, repo_copy), repo_copy / "dvc.lock", repo_copy / "requirements.lock", None
+    )
     this_run = root / json.loads(latest.read_text())["run_id"]
     snapshot = {p: p.read_bytes() for p in this_run.iterdir()}
     other = json.loads(files["train_metrics"].read_text()) | {"run_id": "20300102T030405Z-0123abcd"}
     files["train_metrics"] = repo_copy / "other_train_metrics.json"
     files["train_metrics"].write_text(json.dumps(other))
     when = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
-    other_dir = create_run(params, repo_copy / "params.yaml", files, root, latest, when)
+    other_dir = create_run(params, repo_copy / "params.yaml", files, root, latest, provenance, when)
     assert other_dir == root / "20300102T030405Z-0123abcd"
     assert {p: p.read_bytes() for p in this_run.iterdir()} == snapshot
     assert json.loads(latest.read_text())["run_id"] == other_dir.name
     (other_dir / "stray.txt").write_text("left over")
-    rebuilt = create_run(params, repo_copy / "params.yaml", files, root, latest, datetime(2030, 1, 3, tzinfo=UTC))
+    rebuilt = create_run(
+        params, repo_copy / "params.yaml", files, root, latest, provenance, datetime(2030, 1, 3, tzinfo=UTC)
+    )
     assert rebuilt == other_dir and not (rebuilt / "stray.txt").exists()
     run_info = json.loads((rebuilt / "run.json").read_text())
     assert run_info["created_utc"].startswith("2030-01-03") and set(run_info["sha256"]) == {*REPORT_INPUTS, "params"}
     del other["run_id"]
     files["train_metrics"].write_text(json.dumps(other))
     with pytest.raises(SolomonError, match="names no run_id"):
-        create_run(params, repo_copy / "params.yaml", files, root, latest, when)
+        create_run(params, repo_copy / "params.yaml", files, root, latest, provenance, when)
 
 
 def test_kjv_data_card_has_front_matter_and_all_datasheet_sections(built_repo: Path) -> None:

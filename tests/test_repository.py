@@ -13,7 +13,7 @@ from solomon.hashing import sha256_file
 def test_latest_run_directory_is_committed_whole() -> None:
     latest = json.loads((ROOT / "reports/latest.json").read_text())
     run_dir = ROOT / latest["path"]
-    for name in ("report.html", "report.md", "run.json", "params.yaml", "datacard.md", "metrics.json"):
+    for name in ("index.html", "README.md", "manifest.json", "run.json", "hyperparameters.yaml", "metrics.json"):
         assert (run_dir / name).is_file(), name
     run = json.loads((run_dir / "run.json").read_text())
     assert run["run_id"] == latest["run_id"] == run_dir.name
@@ -26,3 +26,17 @@ def test_dvc_lock_matches_the_committed_metrics_and_logs() -> None:
     for path in ("metrics.json", "reports/train_log.tsv", "reports/train_evals.jsonl", "reports/latest.json"):
         assert path in outs, path
         assert outs[path]["size"] == (ROOT / path).stat().st_size, path
+
+
+def test_committed_run_directory_matches_its_manifest() -> None:
+    """The run directory's own files, as committed, against their SHA256 in its manifest (the weights and data
+    are DVC outputs, not in git: `solomon verify` checks those where they exist)."""
+    from solomon.report.manifest import RUN
+    from solomon.report.verify import verify
+
+    run_dir = ROOT / json.loads((ROOT / "reports/latest.json").read_text())["path"]
+    subjects = json.loads((run_dir / "manifest.json").read_text())["subject"]
+    names = {s["name"] for s in subjects if s["annotations"]["location"] == RUN}
+    assert {"metrics.json", "hyperparameters.yaml", "datacard.md", "run.json"} <= names
+    result = verify(run_dir, ROOT, names)
+    assert result.problems == [] and result.checked == len(names)

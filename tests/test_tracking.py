@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import DVC, digest
 from mlflow.tracking import MlflowClient
 
@@ -89,7 +90,7 @@ def check_everything_readable(client: MlflowClient, run_dir: Path, tmp_path: Pat
     run_info = json.loads((run_dir / "run.json").read_text())
     run = the_run(client, run_info["run_id"])
     mlflow_run = run.info.run_id
-    hyper = json.loads((run_dir / "hyperparameters.json").read_text())
+    hyper = yaml.safe_load((run_dir / "hyperparameters.yaml").read_text())
     assert run.data.params["lr.warmup"] == str(hyper["lr"]["warmup"])
     assert run.data.params["train.samples.prompts"] == json.dumps(hyper["train"]["samples"]["prompts"])
     local_steps = (run_dir / "train_log.tsv").read_text().splitlines()[1:]
@@ -106,8 +107,8 @@ def check_everything_readable(client: MlflowClient, run_dir: Path, tmp_path: Pat
     assert samples == [f"samples/step_{s:07d}.md" for s in (10, 20, 30)]
     local = client.download_artifacts(mlflow_run, "samples/step_0000010.md", str(tmp_path))
     assert "In the beginning" in Path(local).read_text()
-    html = client.download_artifacts(mlflow_run, "report/report.html", str(tmp_path))
-    assert Path(html).read_bytes() == (run_dir / "report.html").read_bytes()
+    html = client.download_artifacts(mlflow_run, "report/index.html", str(tmp_path))
+    assert Path(html).read_bytes() == (run_dir / "index.html").read_bytes()
     if model:
         path = f"{model_artifact_path(run_info['sha256']['model'])}/model.safetensors"
         assert digest(Path(client.download_artifacts(mlflow_run, path, str(tmp_path)))) == run_info["sha256"]["model"]
@@ -118,8 +119,12 @@ def test_embedded_sqlite_default_holds_the_pipeline_run(built_repo: Path, tmp_pa
     assert (built_repo / "mlflow.db").is_file() and (built_repo / "mlartifacts").is_dir()
     assert not (built_repo / "mlruns").exists()
     client = MlflowClient(f"sqlite:///{built_repo / 'mlflow.db'}")
-    check_everything_readable(client, run_dir_of(built_repo), tmp_path)
-    assert len(client.search_runs([client.get_experiment_by_name("solomon").experiment_id])) == 1
+    run_dir = run_dir_of(built_repo)
+    check_everything_readable(client, run_dir, tmp_path)
+    runs = client.search_runs([client.get_experiment_by_name("solomon").experiment_id])
+    assert len(runs) == 1
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["predicate"]["mlflow"]["run_id"] == runs[0].info.run_id
 
 
 def test_sync_rebuilds_a_whole_run_in_an_empty_server(
@@ -300,3 +305,28 @@ def test_registry_versions_tags_and_a_moving_alias(built_repo: Path, server: Ser
         [MlflowClient(server.uri).get_experiment_by_name("registry-test").experiment_id]
     )
     assert [version.run_id] == [r.info.run_id for r in runs]
+
+
+def test_a_kill_while_the_sqlite_store_is_created_never_leaves_a_broken_store(tmp_path: Path) -> None:
+    """MLflow builds its schema in ~2 s of steps; a run killed then must not leave a database MLflow rejects."""
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    creator = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from solomon import tracking; print('ready', flush=True); tracking.ensure_sqlite_store({uri!r})",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert creator.stdout.readline().strip() == "ready"
+    wait_until(lambda: any(tmp_path.iterdir()), "the store's first file", creator, timeout=60)
+    time.sleep(0.6)  # mid-way through the schema: a store created in place is broken for good from here on
+    creator.kill()
+    creator.wait(timeout=30)
+    assert not db.exists() or MlflowClient(uri).search_experiments() is not None
+    from solomon.tracking import ensure_sqlite_store
+
+    ensure_sqlite_store(uri)
+    assert MlflowClient(uri).get_experiment_by_name("Default") is not None

@@ -1,4 +1,4 @@
-"""Loss and learning-rate curves with matplotlib: PNG files for Markdown, inline SVG for self-contained HTML."""
+"""Training curves with matplotlib: PNG files for the Markdown README, inline SVG for the self-contained HTML."""
 
 from __future__ import annotations
 
@@ -14,27 +14,34 @@ import matplotlib.pyplot as plt
 plt.rcParams["svg.hashsalt"] = "solomon"
 plt.rcParams["svg.fonttype"] = "path"
 
+# name: (title, step-log column)
 CHARTS = {
-    "loss": ("training loss (nats/token)", "loss"),
+    "loss": ("loss (nats/token): training steps, validation at each evaluation", "loss"),
     "lr": ("learning rate", "lr"),
+    "grad_norm": ("gradient norm (before clipping)", "grad_norm"),
+    "tokens_per_s": ("training throughput (tokens/s, wall clock)", "tokens_per_s"),
 }
 
 
-def _figure(rows: list[dict], column: str, title: str):
+def _figure(rows: list[dict], evals: list[dict], name: str):
+    title, column = CHARTS[name]
     fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
-    ax.plot([r["step"] for r in rows], [r[column] for r in rows], linewidth=1.2)
+    ax.plot([r["step"] for r in rows], [r[column] for r in rows], linewidth=1.2, label="train")
+    if name == "loss" and evals:
+        ax.plot([e["step"] for e in evals], [e["val_loss"] for e in evals], "o-", markersize=3, label="validation")
+        ax.legend()
     ax.set_xlabel("step")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 
 
-def render(rows: list[dict], out_dir: Path) -> dict[str, str]:
+def render(rows: list[dict], evals: list[dict], out_dir: Path) -> dict[str, str]:
     """Write ``<name>.png`` into ``out_dir`` and return {name: inline SVG text}."""
     svgs = {}
-    for name, (title, column) in CHARTS.items():
-        fig = _figure(rows, column, title)
+    for name in CHARTS:
+        fig = _figure(rows, evals, name)
         fig.savefig(out_dir / f"{name}.png", metadata={"Software": None})
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})

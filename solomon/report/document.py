@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 
+from markdown_it import MarkdownIt
 from tabulate import tabulate
 
 from solomon.params import flatten
@@ -27,7 +28,15 @@ def render_markdown(title: str, intro: list[str], tables: dict[str, Table], char
     parts += [f"![{name}]({name}.png)\n" for name in charts]
     for heading, (headers, rows) in tables.items():
         parts += [f"## {heading}\n", tabulate(rows, headers, tablefmt="github"), ""]
+    parts += ["## Data card\n", "[datacard.md](datacard.md)", ""]
     return "\n".join(parts) + "\n"
+
+
+def datacard_html(markdown: str) -> str:
+    """The data card's Markdown as HTML, without its YAML front matter (raw HTML in it is escaped)."""
+    if markdown.startswith("---\n"):
+        markdown = markdown.split("\n---\n", 1)[1]
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
 
 
 _CSS = """
@@ -47,7 +56,7 @@ def _html_table(table: Table) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(title: str, intro: list[str], tables: dict[str, Table], svgs: dict[str, str]) -> str:
+def render_html(title: str, intro: list[str], tables: dict[str, Table], svgs: dict[str, str], datacard: str) -> str:
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -59,5 +68,6 @@ def render_html(title: str, intro: list[str], tables: dict[str, Table], svgs: di
     ]
     for heading, table in tables.items():
         parts += [f"<h2>{html.escape(heading)}</h2>", _html_table(table)]
+    parts += ["<h2>Data card</h2>", f'<section class="datacard">{datacard_html(datacard)}</section>']
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -1,5 +1,5 @@
 """Write ``reports/training/<run-id>/``: the hyperparameter record, the data card, metrics, the training log,
-loss and LR curves in Markdown and HTML.
+curves, ``README.md`` and a self-contained ``index.html``, and ``manifest.json`` (the SHA256 manifest).
 
 The run id is the training run's (made when training started, kept through resumes), so a run directory belongs
 to one training run: rebuilding its report replaces that directory whole, atomically, and never touches another
@@ -10,18 +10,21 @@ from __future__ import annotations
 import json
 import platform
 import shutil
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
+import yaml
 
 import solomon
-from solomon.atomic import staged_dir, write_json, write_text
+from solomon.atomic import staged_dir, write_bytes, write_json, write_text
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.params import Params
 from solomon.provenance import git_state
-from solomon.report import charts, document
+from solomon.report import charts, document, manifest
+from solomon.train.rng import STREAMS, stream_seed
 from solomon.train.run_log import read_evals, read_steps
 
 
@@ -30,12 +33,44 @@ def _one_line(text: str) -> str:
     return text.replace("\n", " ⏎ ").replace("|", "\\|")
 
 
+@dataclass(frozen=True)
+class Provenance:
+    """What the manifest needs beyond the report's own inputs: where the workspace is, the raw corpus files,
+    the lock files, and the MLflow run (None when tracking is off or unreachable)."""
+
+    repo_root: Path
+    corpus_files: list[tuple[str, Path]]
+    dvc_lock: Path
+    requirements_lock: Path
+    mlflow_run: str | None
+
+
+def _predicate(params: Params, run_info: dict, provenance: Provenance, now: datetime) -> dict:
+    started = datetime.strptime(run_info["run_id"].split("-")[0], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    return {
+        "run_id": run_info["run_id"],
+        "git": run_info["git"],
+        "dvc": {
+            "lock_sha256": sha256_file(provenance.dvc_lock),
+            "stages": manifest.dvc_stages(provenance.dvc_lock),
+        },
+        "requirements_lock_sha256": sha256_file(provenance.requirements_lock),
+        "environment": manifest.environment(params.train.threads, params.eval.threads),
+        "seeds": {"train.seed": params.train.seed}
+        | {f"stream.{s}": stream_seed(params.train.seed, s) for s in STREAMS},
+        "corpus": {"source": params.corpus.source, "split_salt": params.corpus.split.salt},
+        "mlflow": {"run_id": provenance.mlflow_run, "run_tag": f"solomon.run_id={run_info['run_id']}"},
+        "times": {"training_started_utc": started.isoformat(), "reported_utc": now.isoformat(timespec="seconds")},
+    }
+
+
 def create_run(
     params: Params,
     params_path: Path,
     files: dict[str, Path],
     root: Path,
     latest_path: Path,
+    provenance: Provenance,
     now: datetime | None = None,
 ) -> Path:
     """``files`` names the inputs: metrics, train_metrics, train_log, train_evals, datacard_md, datacard_json,
@@ -60,23 +95,32 @@ def create_run(
         "versions": {"solomon": solomon.__version__, "python": platform.python_version(), "torch": torch.__version__},
         "sha256": hashes,
     }
+    hyperparameters = params.model_dump(mode="json")
     target = root / run_id
     with staged_dir(target) as tmp:
         shutil.copyfile(params_path, tmp / "params.yaml")
-        write_json(tmp / "hyperparameters.json", params.model_dump(mode="json"))
+        write_text(tmp / "hyperparameters.yaml", yaml.safe_dump(hyperparameters, sort_keys=False, allow_unicode=True))
         for name in ("metrics", "train_metrics", "train_log", "train_evals"):
             shutil.copyfile(files[name], tmp / files[name].name)
         shutil.copyfile(files["datacard_md"], tmp / "datacard.md")
         shutil.copyfile(files["datacard_json"], tmp / "datacard.json")
         write_json(tmp / "run.json", run_info)
-        svgs = charts.render(rows, tmp)
+        svgs = charts.render(rows, evals, tmp)
+
+        subjects = manifest.workspace_subjects(provenance.repo_root, provenance.corpus_files)
+        statement = manifest.build(subjects + manifest.run_subjects(tmp), _predicate(params, run_info, provenance, now))
+        encoded = manifest.encode(statement)
+        write_bytes(tmp / manifest.MANIFEST, encoded)
+        digest = manifest.digest_of(encoded)
+
         title = f"Training run {run_id}"
         intro = [
+            f"Manifest SHA256 (the run's identity; `solomon verify` checks it): {digest}",
             f"Created {run_info['created_utc']} from git commit {run_info['git']['commit'] or 'unknown'}"
             + (" (uncommitted changes)" if run_info["git"]["dirty"] else "")
-            + ". MLflow: the run tagged solomon.run_id = this run id.",
-            f"Corpus: {params.corpus.source}; data card: datacard.md. Hyperparameters: params.yaml, "
-            "hyperparameters.json.",
+            + f". MLflow run {provenance.mlflow_run or '(not logged)'}, tagged solomon.run_id = {run_id}.",
+            f"Corpus: {params.corpus.source}; data card: datacard.md. Hyperparameters: hyperparameters.yaml "
+            "(every value, defaults included) and params.yaml (as written).",
         ]
         tables = {
             "Held-out metrics": document.metrics_table(metrics),
@@ -92,10 +136,18 @@ def create_run(
                 ["step", "prompt", "completion"],
                 [[e["step"], s["prompt"], _one_line(s["completion"])] for e in evals for s in e["samples"]],
             ),
-            "Hyperparameters": document.key_value_table(params.model_dump(mode="json")),
-            "Inputs (SHA256)": (["file", "sha256"], [[k, v] for k, v in hashes.items()]),
+            "Hyperparameters": document.key_value_table(hyperparameters),
+            "Environment": document.key_value_table(statement["predicate"]["environment"]),
+            "Artifacts (manifest subjects)": (
+                ["name", "role", "bytes", "sha256"],
+                [
+                    [s["name"], s["annotations"]["role"], s["annotations"]["size"], s["digest"]["sha256"]]
+                    for s in statement["subject"]
+                ],
+            ),
         }
-        write_text(tmp / "report.md", document.render_markdown(title, intro, tables, list(svgs)))
-        write_text(tmp / "report.html", document.render_html(title, intro, tables, svgs))
+        datacard = files["datacard_md"].read_text(encoding="utf-8")
+        write_text(tmp / "README.md", document.render_markdown(title, intro, tables, list(svgs)))
+        write_text(tmp / "index.html", document.render_html(title, intro, tables, svgs, datacard))
     write_json(latest_path, {"run_id": run_id, "path": (root / run_id).as_posix()})
     return target

@@ -1,0 +1,141 @@
+"""The run's SHA256 manifest: an in-toto Statement v1 over every artifact of the run.
+
+Subjects are the weights, the tokenizer, the raw corpus, the prepared and encoded splits (found in the
+workspace, or in the DVC cache once the workspace has moved on) and the files of the run directory itself. The
+predicate says how they were made: git commit, dvc.lock and its stage entries, requirements.lock, versions,
+CPU, threads, seeds, the MLflow run, times. ``manifest.json`` is canonical JSON (sorted keys, two-space
+indent, UTF-8, one trailing newline), so its SHA256 — the run's identity — is a function of its content alone.
+
+``index.html`` and ``README.md`` show that digest, so they are views outside the manifest; everything they
+show comes from files it covers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+import solomon
+from solomon.atomic import canonical_json
+from solomon.hashing import sha256_file
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "urn:solomon:training-run:v1"
+MANIFEST = "manifest.json"
+# Pages that display the manifest digest, and so cannot be subjects of it.
+PAGES = ("index.html", "README.md")
+RUN = "run"  # location of a subject in the run directory (name relative to it)
+WORKSPACE = "workspace"  # a pipeline output, relative to the repository root; also in the DVC cache
+CORPUS = "corpus"  # a raw corpus file, relative to the repository root or inside an installed package
+
+
+@dataclass(frozen=True)
+class Subject:
+    name: str
+    role: str
+    location: str
+    path: Path  # where it is now, to hash it
+
+    def descriptor(self) -> dict:
+        return {
+            "name": self.name,
+            "digest": {"sha256": sha256_file(self.path)},
+            "annotations": {"role": self.role, "location": self.location, "size": self.path.stat().st_size},
+        }
+
+
+def encode(statement: dict) -> bytes:
+    return canonical_json(statement).encode("utf-8")
+
+
+def digest_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def dvc_stages(lock_path: Path, exclude: tuple[str, ...] = ("report",)) -> dict:
+    """dvc.lock's stage entries (commands, deps, params, outs with their MD5s) as they stood for this run. The
+    report stage's own entry is excluded: it is being written by this very run."""
+    lock = yaml.safe_load(lock_path.read_text(encoding="utf-8"))
+    return {name: entry for name, entry in lock.get("stages", {}).items() if name not in exclude}
+
+
+def workspace_subjects(root: Path, corpus_files: list[tuple[str, Path]]) -> list[Subject]:
+    """The pipeline's outputs this run used (weights, tokenizer, splits) and its raw corpus files."""
+    subjects = [
+        Subject("models/model.safetensors", "weights", WORKSPACE, root / "models/model.safetensors"),
+        Subject("models/config.json", "model-config", WORKSPACE, root / "models/config.json"),
+        Subject("data/tokenizer.json", "tokenizer", WORKSPACE, root / "data/tokenizer.json"),
+    ]
+    for path in sorted((root / "data/tokens").iterdir()):
+        subjects.append(Subject(f"data/tokens/{path.name}", "encoded-split", WORKSPACE, path))
+    for path in sorted((root / "data/corpus").iterdir()):
+        subjects.append(Subject(f"data/corpus/{path.name}", "prepared-corpus", WORKSPACE, path))
+    subjects += [Subject(name, "raw-corpus", CORPUS, path) for name, path in corpus_files]
+    return subjects
+
+
+RUN_FILE_ROLES = {
+    "metrics.json": "metrics",
+    "train_metrics.json": "metrics",
+    "hyperparameters.yaml": "hyperparameters",
+    "params.yaml": "hyperparameters",
+    "datacard.md": "datacard",
+    "datacard.json": "datacard",
+    "run.json": "provenance",
+    "train_log.tsv": "training-log",
+    "train_evals.jsonl": "training-log",
+}
+
+
+def run_subjects(run_dir: Path) -> list[Subject]:
+    """Every file of the run directory except the manifest and the pages that show its digest."""
+    return [
+        Subject(path.name, RUN_FILE_ROLES.get(path.name, "report"), RUN, path)
+        for path in sorted(run_dir.iterdir())
+        if path.is_file() and path.name not in (MANIFEST, *PAGES)
+    ]
+
+
+def build(subjects: list[Subject], predicate: dict) -> dict:
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [s.descriptor() for s in subjects],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": predicate,
+    }
+
+
+def environment(train_threads: int, eval_threads: int) -> dict:
+    return {
+        "solomon": solomon.__version__,
+        "python": platform.python_version(),
+        "torch": str(torch.__version__),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": {"train": train_threads, "eval": eval_threads},
+        "byteorder": sys.byteorder,
+    }
+
+
+def read(run_dir: Path) -> tuple[dict, bytes]:
+    data = (run_dir / MANIFEST).read_bytes()
+    return json.loads(data), data

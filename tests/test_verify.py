@@ -1,0 +1,113 @@
+"""`solomon verify` against real run directories of the tiny pipeline: tampering of every kind is caught and
+named; a run still verifies from the DVC cache after the workspace has moved on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import dvc
+
+from solomon.report import manifest
+from solomon.scratch import pipeline_env, write_params
+
+SOLOMON = str(Path(sys.executable).parent / "solomon")
+
+
+def verify(repo: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SOLOMON, "verify", str(run_dir), *extra], cwd=repo, env=pipeline_env(), capture_output=True, text=True
+    )
+
+
+def latest_run(repo: Path) -> Path:
+    return repo / json.loads((repo / "reports/latest.json").read_text())["path"]
+
+
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def edit_a_digest_canonically(path: Path) -> None:
+    """An edit a careful forger would make: a subject's digest changed, the file rewritten canonically."""
+    statement = json.loads(path.read_text())
+    statement["subject"][0]["digest"]["sha256"] = "0" * 64
+    path.write_bytes(manifest.encode(statement))
+
+
+def test_untouched_run_verifies_and_each_kind_of_tampering_is_named(repo_copy: Path) -> None:
+    run_dir = latest_run(repo_copy)
+    done = verify(repo_copy, run_dir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"verified {len(json.loads((run_dir / 'manifest.json').read_text())['subject'])} artifacts" in done.stdout
+
+    cases = {
+        "models/model.safetensors": (repo_copy / "models/model.safetensors", flip_last_byte),
+        "data/tokenizer.json": (repo_copy / "data/tokenizer.json", flip_last_byte),
+        "data/tokens/train.bin": (repo_copy / "data/tokens/train.bin", flip_last_byte),
+        "metrics.json": (run_dir / "metrics.json", flip_last_byte),
+        "hyperparameters.yaml": (
+            run_dir / "hyperparameters.yaml",
+            lambda p: p.write_text(p.read_text().replace("warmup: 20", "warmup: 21")),
+        ),
+        "data/tokens/val.bin: missing": (repo_copy / "data/tokens/val.bin", Path.unlink),
+        "manifest.json: edited": (
+            run_dir / "manifest.json",
+            lambda p: p.write_text(json.dumps(json.loads(p.read_text()) | {"note": "edited by hand"})),
+        ),
+        "manifest.json: its SHA256": (run_dir / "manifest.json", edit_a_digest_canonically),
+        "manifest.json: its SHA256 ": (
+            run_dir / "manifest.json",
+            lambda p: p.write_text(p.read_text().replace('"run_id": "', '"run_id": "x')),
+        ),
+    }
+    for expected, (path, tamper) in cases.items():
+        backup = path.read_bytes()
+        tamper(path)
+        done = verify(repo_copy, run_dir)
+        path.write_bytes(backup)
+        assert done.returncode == 1, (expected, done.stdout, done.stderr)
+        failures = [line for line in done.stdout.splitlines() if line.startswith("FAIL ")]
+        if not expected.startswith("manifest.json"):  # one artifact tampered with: only it is named
+            assert all(line.startswith(f"FAIL {expected.split(':')[0]}:") for line in failures), (expected, failures)
+        assert any(expected in line for line in failures), (expected, failures)
+    assert verify(repo_copy, run_dir).returncode == 0  # everything restored
+
+
+def test_a_subset_and_bad_input(repo_copy: Path) -> None:
+    run_dir = latest_run(repo_copy)
+    flip_last_byte(repo_copy / "data/tokens/train.bin")
+    done = verify(repo_copy, run_dir, "--artifact", "models/model.safetensors", "--artifact", "data/tokenizer.json")
+    assert done.returncode == 0 and "verified 2 artifacts" in done.stdout, done.stdout + done.stderr
+    done = verify(repo_copy, run_dir, "--artifact", "models/nothing.bin")
+    assert done.returncode == 1 and "FAIL models/nothing.bin: not in the manifest" in done.stdout
+    done = verify(repo_copy, repo_copy / "reports")
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+
+
+def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(repo_copy: Path) -> None:
+    old_run = latest_run(repo_copy)
+    write_params(repo_copy, {"lr": {"warmup": 10}})
+    shutil.rmtree(repo_copy / "checkpoints")
+    dvc(repo_copy, "repro")
+    assert latest_run(repo_copy) != old_run
+    done = verify(repo_copy, old_run)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # Without the cached object, the old weights are gone: verify says where it looked.
+    old_model = json.loads((old_run / "manifest.json").read_text())["predicate"]["dvc"]["stages"]["train"]["outs"]
+    listing = next(o["md5"] for o in old_model if o["path"] == "models")
+    cache = repo_copy / ".dvc/cache/files/md5"
+    entries = json.loads((cache / listing[:2] / listing[2:]).read_text())
+    weights = next(e["md5"] for e in entries if e["relpath"] == "model.safetensors")
+    (cache / weights[:2] / weights[2:]).unlink()
+    done = verify(repo_copy, old_run)
+    assert done.returncode == 1
+    assert [line.split(" (")[0] for line in done.stdout.splitlines() if line.startswith("FAIL")] == [
+        "FAIL models/model.safetensors: missing"
+    ]
+    assert "DVC cache" in done.stdout
