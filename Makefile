@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report smoke test lint clean-venv mlflow-server mlflow-stop
+.PHONY: setup lock run repro report image smoke test lint clean-venv mlflow-server mlflow-stop
 
 setup: $(VENV)/.installed
 
@@ -28,8 +28,19 @@ run: setup
 
 repro: run
 
+# Rebuild README.md and index.html of the latest run (or RUN=<run-id>) from its own files: no retraining.
+RUN ?=
 report: setup
-	$(BIN)/dvc repro report
+	$(BIN)/solomon report $(if $(RUN),--run $(RUN))
+
+# The serving image of RUN (default: the latest run). Needs a Docker engine; the build runs `solomon verify`.
+image: setup
+	$(eval RUN_ID := $(or $(RUN),$(shell $(BIN)/python -c "import json; print(json.load(open('reports/latest.json'))['run_id'])")))
+	$(BIN)/solomon verify reports/training/$(RUN_ID) --artifact models/model.safetensors --artifact models/config.json \
+		--artifact data/tokenizer.json
+	docker build --build-arg RUN_ID=$(RUN_ID) \
+		--build-arg MANIFEST_SHA256=$$(sha256sum reports/training/$(RUN_ID)/manifest.json | cut -d' ' -f1) \
+		-t solomon:$(RUN_ID) .
 
 smoke: setup
 	$(BIN)/solomon smoke

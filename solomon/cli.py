@@ -39,13 +39,64 @@ def _verify(args: argparse.Namespace) -> None:
     from solomon.report.verify import verify
 
     names = set(args.artifact) if args.artifact else None
-    result = verify(Path(args.run_dir), Path(args.root), names)
+    result = verify(Path(args.run_dir), Path(args.root), names, args.expect_digest)
     for problem in result.problems:
         print(f"FAIL {problem}")
     if result.problems:
         print(f"{result.run_id}: {len(result.problems)} problem(s); manifest sha256 {result.digest}")
         raise SystemExit(1)
     print(f"{result.run_id}: verified {result.checked} artifacts; manifest sha256 {result.digest}")
+
+
+def _promote(args: argparse.Namespace) -> None:
+    from solomon.params import load_params
+    from solomon.promote import Refused, promote
+
+    policy = load_params(args.params).promote
+    try:
+        done = promote(Path(args.run_dir), policy, Path(args.root))
+    except Refused as refusal:
+        print(f"promote refused: {refusal}")
+        raise SystemExit(1) from None
+    before = f"from version {done.previous['version']}" if done.previous else "(the first)"
+    print(f"promoted: {policy.model_name} version {done.version} is now {policy.alias} {before}; {done.record}")
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from solomon.generate import generate_text
+
+    text = generate_text(
+        Path(args.run), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, args.seed
+    )
+    print(text)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value} is not above 0")
+    return value
+
+
+def _report(args: argparse.Namespace) -> None:
+    from solomon.errors import SolomonError
+    from solomon.report.run import render_pages
+
+    root = Path(args.root)
+    run_id = args.run
+    if run_id is None:
+        latest = Path(args.latest)
+        if not latest.is_file():
+            raise SolomonError(f"{latest} not found: run the pipeline first (`make run`), or pass --run <run-id>")
+        run_id = json.loads(latest.read_text(encoding="utf-8"))["run_id"]
+    run_dir = root / run_id
+    if not (run_dir / "manifest.json").is_file():
+        raise SolomonError(f"{run_dir} has no manifest.json: pass a run directory name from {root}")
+    render_pages(run_dir)
+    print(f"report: {run_dir / 'index.html'} and {run_dir / 'README.md'} rebuilt from the run's own files")
 
 
 def _track_sync(args: argparse.Namespace) -> None:
@@ -119,7 +170,36 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="check only this subject (repeatable), e.g. models/model.safetensors",
     )
+    check.add_argument("--expect-digest", help="the manifest SHA256 this run must have (as recorded at promotion)")
     check.set_defaults(func=_verify)
+    gate = commands.add_parser(
+        "promote", help="verify, check promote.* thresholds and the champion, then register and move the alias"
+    )
+    gate.add_argument("run_dir", help="reports/training/<run-id>")
+    gate.add_argument("--root", default=".", help="the repository (workspace and DVC cache); default: here")
+    gate.add_argument("--params", default="params.yaml", help="where promote.* is read from")
+    gate.set_defaults(func=_promote)
+    rebuild = commands.add_parser(
+        "report", help="rebuild README.md and index.html of the latest run (or --run) from its files; no training"
+    )
+    rebuild.add_argument("--run", help="a run id under --root (default: the one reports/latest.json names)")
+    rebuild.add_argument("--root", default="reports/training")
+    rebuild.add_argument("--latest", default="reports/latest.json")
+    rebuild.set_defaults(func=_report)
+    sample = commands.add_parser("generate", help="sample text from a run's model, after verifying its files")
+    sample.add_argument(
+        "--run",
+        default=os.environ.get("SOLOMON_RUN"),
+        required="SOLOMON_RUN" not in os.environ,
+        help="reports/training/<run-id> (default: $SOLOMON_RUN)",
+    )
+    sample.add_argument("--prompt", required=True)
+    sample.add_argument("--root", default=".", help="the repository (workspace and DVC cache); default: here")
+    sample.add_argument("--max-new-tokens", type=_positive_int, help="default: the run's train.samples")
+    sample.add_argument("--temperature", type=_positive_float, help="default: the run's train.samples")
+    sample.add_argument("--top-k", type=_positive_int, help="default: the run's train.samples")
+    sample.add_argument("--seed", type=int, default=0, help="same seed, same text")
+    sample.set_defaults(func=_generate)
     track = commands.add_parser("track", help="MLflow tracking").add_subparsers(dest="track_command", required=True)
     sync = track.add_parser("sync", help="log a run directory to MLflow again, adding only what is missing")
     sync.add_argument("run_id", help="a directory name under reports/training")

@@ -144,6 +144,21 @@ class TrackingParams(_Section):
     enabled: bool = True  # MLFLOW_TRACKING_URI, else SQLite mlflow.db at the repository root
 
 
+METRIC_NAMES = ("loss", "perplexity", "bits_per_byte", "accuracy")
+MetricKey = Annotated[str, Field(pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte|accuracy)$")]
+
+
+class PromoteParams(_Section):
+    """The promotion gate: thresholds on the held-out metrics, then no regression against the champion."""
+
+    model_name: str = "solomon"
+    alias: str = "champion"
+    max: dict[MetricKey, float] = {}  # e.g. {test.bits_per_byte: 1.6}: refuse above
+    min: dict[MetricKey, float] = {}  # e.g. {test.accuracy: 0.2}: refuse below
+    compare: Annotated[str, Field(pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte)$")] = "test.bits_per_byte"
+    tolerance: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0  # relative: how much worse than the champion passes
+
+
 class Params(_Section):
     corpus: CorpusParams
     tokenizer: TokenizerParams = TokenizerParams()
@@ -153,6 +168,7 @@ class Params(_Section):
     eval: EvalParams = EvalParams()
     report: ReportParams = ReportParams()
     tracking: TrackingParams = TrackingParams()
+    promote: PromoteParams = PromoteParams()
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 # Fail fast instead of retrying for minutes when a server is down: tracking must never hold up a run.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
@@ -433,7 +434,31 @@ def register_version(run_id: str, name: str, tags: dict[str, str], root: Path = 
         run_id=mlflow_run,
         tags={RUN_ID_TAG: run_id, MODEL_TAG: model_sha, **tags},
     )
-    return version.version
+    return str(version.version)
+
+
+def champion(name: str, alias: str, compare: str, root: Path = Path(".")) -> dict | None:
+    """The version ``alias`` names, with its run id and its ``compare`` metric (e.g. test.bits_per_byte); None
+    when there is no such registered model or alias yet."""
+    client = MlflowClient(tracking_uri=tracking_uri(root))
+    try:
+        version = client.get_model_version_by_alias(name, alias)
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            return None
+        raise
+    value = version.tags.get(f"metric.{compare}")
+    if value is None:  # registered by hand: read the metric from its MLflow run
+        value = client.get_run(version.run_id).data.metrics[compare.replace(".", "/", 1)]
+    return {"version": str(version.version), "run_id": version.tags.get(RUN_ID_TAG), "value": float(value)}
+
+
+def public_uri(root: Path = Path(".")) -> str:
+    """The tracking URI without any credentials in it, for records."""
+    parts = urlsplit(tracking_uri(root))
+    if parts.username or parts.password:
+        parts = parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))
+    return urlunsplit(parts)
 
 
 def set_alias(name: str, alias: str, version: str, root: Path = Path(".")) -> None:
@@ -442,4 +467,4 @@ def set_alias(name: str, alias: str, version: str, root: Path = Path(".")) -> No
 
 
 def alias_version(name: str, alias: str, root: Path = Path(".")) -> str:
-    return MlflowClient(tracking_uri=tracking_uri(root)).get_model_version_by_alias(name, alias).version
+    return str(MlflowClient(tracking_uri=tracking_uri(root)).get_model_version_by_alias(name, alias).version)

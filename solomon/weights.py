@@ -31,7 +31,10 @@ def save(model: GPT, out_dir: Path) -> None:
 
 
 def load(model_dir: Path) -> GPT:
-    config_path, weights_path = model_dir / CONFIG_FILE, model_dir / WEIGHTS_FILE
+    return load_files(model_dir / CONFIG_FILE, model_dir / WEIGHTS_FILE)
+
+
+def load_files(config_path: Path, weights_path: Path) -> GPT:
     try:
         config = GPTConfig(**json.loads(config_path.read_text(encoding="utf-8")))
         state = load_file(str(weights_path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -111,3 +112,25 @@ def test_user_corpus_card_marks_missing_fields(built_repo: Path) -> None:
     assert "license: cc-by-4.0" in card and "Testing." in card
     assert "Set `corpus.card.uses` in params.yaml" in card
     assert "Set `corpus.card.composition` in params.yaml" in card
+
+
+def test_make_report_rebuilds_the_pages_from_the_run_files_alone(repo_copy: Path) -> None:
+    import subprocess
+    import sys
+
+    from solomon.scratch import pipeline_env
+
+    run_dir = repo_copy / json.loads((repo_copy / "reports/latest.json").read_text())["path"]
+    pages = {name: (run_dir / name).read_bytes() for name in ("index.html", "README.md")}
+    (run_dir / "README.md").unlink()
+    (run_dir / "index.html").write_text("stale")
+    shutil.rmtree(repo_copy / "models")  # nothing of the workspace is needed
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "solomon"), "report"],
+        cwd=repo_copy,
+        env=pipeline_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert {name: (run_dir / name).read_bytes() for name in pages} == pages

@@ -111,3 +111,17 @@ def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(r
         "FAIL models/model.safetensors: missing"
     ]
     assert "DVC cache" in done.stdout
+
+
+def test_generate_samples_repeatably_and_refuses_weights_that_do_not_verify(repo_copy: Path) -> None:
+    run_dir = latest_run(repo_copy)
+    command = [SOLOMON, "generate", "--run", str(run_dir), "--prompt", "In the beginning", "--seed", "7"]
+    first, second = (
+        subprocess.run(command, cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True) for _ in range(2)
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == second.stdout and first.stdout.startswith("In the beginning")
+    flip_last_byte(repo_copy / "models/model.safetensors")
+    refused = subprocess.run(command, cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("error: refusing to load") and "models/model.safetensors: SHA256" in refused.stderr

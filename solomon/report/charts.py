@@ -37,12 +37,13 @@ def _figure(rows: list[dict], evals: list[dict], name: str):
     return fig
 
 
-def render(rows: list[dict], evals: list[dict], out_dir: Path) -> dict[str, str]:
-    """Write ``<name>.png`` into ``out_dir`` and return {name: inline SVG text}."""
+def render(rows: list[dict], evals: list[dict], png_dir: Path | None = None) -> dict[str, str]:
+    """Return {name: inline SVG text}; with ``png_dir``, also write ``<name>.png`` there."""
     svgs = {}
     for name in CHARTS:
         fig = _figure(rows, evals, name)
-        fig.savefig(out_dir / f"{name}.png", metadata={"Software": None})
+        if png_dir is not None:
+            fig.savefig(png_dir / f"{name}.png", metadata={"Software": None})
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)

@@ -32,6 +32,7 @@ PREDICATE_TYPE = "urn:solomon:training-run:v1"
 MANIFEST = "manifest.json"
 # Pages that display the manifest digest, and so cannot be subjects of it.
 PAGES = ("index.html", "README.md")
+PROMOTION = "promotion.json"  # written later by `solomon promote`, kept when the report is rebuilt
 RUN = "run"  # location of a subject in the run directory (name relative to it)
 WORKSPACE = "workspace"  # a pipeline output, relative to the repository root; also in the DVC cache
 CORPUS = "corpus"  # a raw corpus file, relative to the repository root or inside an installed package
@@ -110,7 +111,7 @@ def run_subjects(run_dir: Path) -> list[Subject]:
     return [
         Subject(path.name, RUN_FILE_ROLES.get(path.name, "report"), RUN, path)
         for path in sorted(run_dir.iterdir())
-        if path.is_file() and path.name not in (MANIFEST, *PAGES)
+        if path.is_file() and path.name not in (MANIFEST, *PAGES, PROMOTION)
     ]
 
 

@@ -33,6 +33,17 @@ def _one_line(text: str) -> str:
     return text.replace("\n", " ⏎ ").replace("|", "\\|")
 
 
+# The run directory's copies of the report stage's inputs, under fixed names.
+RECORD_FILES = {
+    "metrics": "metrics.json",
+    "train_metrics": "train_metrics.json",
+    "train_log": "train_log.tsv",
+    "train_evals": "train_evals.jsonl",
+    "datacard_md": "datacard.md",
+    "datacard_json": "datacard.json",
+}
+
+
 @dataclass(frozen=True)
 class Provenance:
     """What the manifest needs beyond the report's own inputs: where the workspace is, the raw corpus files,
@@ -78,7 +89,6 @@ def create_run(
     now = now or datetime.now(UTC)
     hashes = {name: sha256_file(path) for name, path in sorted(files.items())}
     hashes["params"] = sha256_file(params_path)
-    metrics = json.loads(files["metrics"].read_text(encoding="utf-8"))
     train_metrics = json.loads(files["train_metrics"].read_text(encoding="utf-8"))
     run_id = train_metrics.get("run_id")
     if not run_id:
@@ -98,56 +108,72 @@ def create_run(
     hyperparameters = params.model_dump(mode="json")
     target = root / run_id
     with staged_dir(target) as tmp:
+        if (target / manifest.PROMOTION).is_file():  # the promotion record outlives a rebuilt report
+            shutil.copyfile(target / manifest.PROMOTION, tmp / manifest.PROMOTION)
         shutil.copyfile(params_path, tmp / "params.yaml")
         write_text(tmp / "hyperparameters.yaml", yaml.safe_dump(hyperparameters, sort_keys=False, allow_unicode=True))
-        for name in ("metrics", "train_metrics", "train_log", "train_evals"):
-            shutil.copyfile(files[name], tmp / files[name].name)
-        shutil.copyfile(files["datacard_md"], tmp / "datacard.md")
-        shutil.copyfile(files["datacard_json"], tmp / "datacard.json")
+        for name, copy in RECORD_FILES.items():
+            shutil.copyfile(files[name], tmp / copy)
         write_json(tmp / "run.json", run_info)
-        svgs = charts.render(rows, evals, tmp)
+        charts.render(rows, evals, tmp)
 
         subjects = manifest.workspace_subjects(provenance.repo_root, provenance.corpus_files)
         statement = manifest.build(subjects + manifest.run_subjects(tmp), _predicate(params, run_info, provenance, now))
-        encoded = manifest.encode(statement)
-        write_bytes(tmp / manifest.MANIFEST, encoded)
-        digest = manifest.digest_of(encoded)
+        write_bytes(tmp / manifest.MANIFEST, manifest.encode(statement))
 
-        title = f"Training run {run_id}"
-        intro = [
-            f"Manifest SHA256 (the run's identity; `solomon verify` checks it): {digest}",
-            f"Created {run_info['created_utc']} from git commit {run_info['git']['commit'] or 'unknown'}"
-            + (" (uncommitted changes)" if run_info["git"]["dirty"] else "")
-            + f". MLflow run {provenance.mlflow_run or '(not logged)'}, tagged solomon.run_id = {run_id}.",
-            f"Corpus: {params.corpus.source}; data card: datacard.md. Hyperparameters: hyperparameters.yaml "
-            "(every value, defaults included) and params.yaml (as written).",
-        ]
-        tables = {
-            "Held-out metrics": document.metrics_table(metrics),
-            "Training": document.key_value_table(train_metrics),
-            "Evaluations during training (fixed validation subset)": (
-                ["step", "val loss", "val perplexity", "val bits/byte", "new best"],
-                [
-                    [e["step"], e["val_loss"], e["val_perplexity"], e["val_bits_per_byte"], "yes" if e["best"] else ""]
-                    for e in evals
-                ],
-            ),
-            "Samples at each evaluation": (
-                ["step", "prompt", "completion"],
-                [[e["step"], s["prompt"], _one_line(s["completion"])] for e in evals for s in e["samples"]],
-            ),
-            "Hyperparameters": document.key_value_table(hyperparameters),
-            "Environment": document.key_value_table(statement["predicate"]["environment"]),
-            "Artifacts (manifest subjects)": (
-                ["name", "role", "bytes", "sha256"],
-                [
-                    [s["name"], s["annotations"]["role"], s["annotations"]["size"], s["digest"]["sha256"]]
-                    for s in statement["subject"]
-                ],
-            ),
-        }
-        datacard = files["datacard_md"].read_text(encoding="utf-8")
-        write_text(tmp / "README.md", document.render_markdown(title, intro, tables, list(svgs)))
-        write_text(tmp / "index.html", document.render_html(title, intro, tables, svgs, datacard))
+        render_pages(tmp)
     write_json(latest_path, {"run_id": run_id, "path": (root / run_id).as_posix()})
     return target
+
+
+def render_pages(run_dir: Path) -> None:
+    """Write ``README.md`` and ``index.html`` from the run directory's own files (and nothing else), so the
+    pages of any run can be rebuilt at any time without retraining. They show the manifest digest and are the
+    only files outside the manifest."""
+    statement, encoded = manifest.read(run_dir)
+    digest = manifest.digest_of(encoded)
+    predicate = statement["predicate"]
+    run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    train_metrics = json.loads((run_dir / "train_metrics.json").read_text(encoding="utf-8"))
+    hyperparameters = yaml.safe_load((run_dir / "hyperparameters.yaml").read_text(encoding="utf-8"))
+    rows = read_steps(run_dir / "train_log.tsv")
+    evals = read_evals(run_dir / "train_evals.jsonl")
+    run_id = run_info["run_id"]
+    title = f"Training run {run_id}"
+    intro = [
+        f"Manifest SHA256 (the run's identity; `solomon verify` checks it): {digest}",
+        f"Created {run_info['created_utc']} from git commit {run_info['git']['commit'] or 'unknown'}"
+        + (" (uncommitted changes)" if run_info["git"]["dirty"] else "")
+        + f". MLflow run {predicate['mlflow']['run_id'] or '(not logged)'}, tagged solomon.run_id = {run_id}.",
+        f"Corpus: {hyperparameters['corpus']['source']}; data card: datacard.md. Hyperparameters: "
+        "hyperparameters.yaml (every value, defaults included) and params.yaml (as written).",
+    ]
+    tables = {
+        "Held-out metrics": document.metrics_table(metrics),
+        "Training": document.key_value_table(train_metrics),
+        "Evaluations during training (fixed validation subset)": (
+            ["step", "val loss", "val perplexity", "val bits/byte", "new best"],
+            [
+                [e["step"], e["val_loss"], e["val_perplexity"], e["val_bits_per_byte"], "yes" if e["best"] else ""]
+                for e in evals
+            ],
+        ),
+        "Samples at each evaluation": (
+            ["step", "prompt", "completion"],
+            [[e["step"], s["prompt"], _one_line(s["completion"])] for e in evals for s in e["samples"]],
+        ),
+        "Hyperparameters": document.key_value_table(hyperparameters),
+        "Environment": document.key_value_table(predicate["environment"]),
+        "Artifacts (manifest subjects)": (
+            ["name", "role", "bytes", "sha256"],
+            [
+                [s["name"], s["annotations"]["role"], s["annotations"]["size"], s["digest"]["sha256"]]
+                for s in statement["subject"]
+            ],
+        ),
+    }
+    svgs = charts.render(rows, evals)
+    datacard = (run_dir / "datacard.md").read_text(encoding="utf-8")
+    write_text(run_dir / "README.md", document.render_markdown(title, intro, tables, list(svgs)))
+    write_text(run_dir / "index.html", document.render_html(title, intro, tables, svgs, datacard))

@@ -85,9 +85,12 @@ class Locator:
         return self.root / name, "workspace"
 
 
-def verify(run_dir: Path, root: Path = Path("."), names: set[str] | None = None) -> Result:
-    """Check the manifest of ``run_dir`` (only the subjects in ``names``, when given; the manifest's own checks
-    always run). Raises SolomonError when there is no readable manifest at all."""
+def verify(
+    run_dir: Path, root: Path = Path("."), names: set[str] | None = None, expect_digest: str | None = None
+) -> Result:
+    """Check the manifest of ``run_dir``: only the subjects in ``names`` when given (the manifest's own checks
+    always run); ``expect_digest``, when given, must be the manifest's SHA256. Raises SolomonError when there is
+    no readable manifest at all."""
     path = run_dir / manifest.MANIFEST
     if not path.is_file():
         raise SolomonError(
@@ -100,6 +103,8 @@ def verify(run_dir: Path, root: Path = Path("."), names: set[str] | None = None)
         raise SolomonError(f"{path} is not valid JSON ({exc}): the manifest was damaged or edited") from None
     digest = manifest.digest_of(data)
     problems = []
+    if expect_digest is not None and expect_digest != digest:
+        problems.append(f"manifest.json: SHA256 {digest[:12]}… is not the expected {expect_digest[:12]}…")
     if statement.get("_type") != manifest.STATEMENT_TYPE or statement.get("predicateType") != manifest.PREDICATE_TYPE:
         problems.append(f"manifest.json: not a Solomon in-toto statement ({manifest.PREDICATE_TYPE})")
     if manifest.encode(statement) != data:

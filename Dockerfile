@@ -1,0 +1,45 @@
+# The serving image of one verified run. Build it from a checkout whose workspace holds that run's model and
+# tokenizer (`dvc checkout`, or the run just made):
+#   make image RUN=<run-id>        (passes RUN_ID and MANIFEST_SHA256; see the Makefile)
+# The build fails unless the copied run directory, weights, model config and tokenizer verify against the
+# run's manifest and the manifest is the one named by MANIFEST_SHA256.
+FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    OMP_NUM_THREADS=1
+
+WORKDIR /app
+
+# Every package pinned with its SHA256 and installed without resolution; torch is the CPU build, from the
+# PyTorch CPU index (the lock pins its hash).
+COPY requirements.lock ./
+RUN pip install --no-deps --require-hashes --extra-index-url https://download.pytorch.org/whl/cpu \
+        -r requirements.lock
+
+COPY pyproject.toml README.md ./
+COPY solomon ./solomon
+RUN pip install --no-deps --no-build-isolation . \
+    && useradd --create-home --uid 10001 --shell /usr/sbin/nologin solomon
+
+ARG RUN_ID
+ARG MANIFEST_SHA256
+COPY reports/training/${RUN_ID}/ ./reports/training/${RUN_ID}/
+COPY models/model.safetensors models/config.json ./models/
+COPY data/tokenizer.json ./data/
+RUN solomon verify "reports/training/${RUN_ID}" --root /app --expect-digest "${MANIFEST_SHA256}" \
+        --artifact models/model.safetensors --artifact models/config.json --artifact data/tokenizer.json
+
+LABEL org.opencontainers.image.title="solomon" \
+      org.opencontainers.image.description="Small decoder-only language model of Solomon run ${RUN_ID}" \
+      org.opencontainers.image.version="${RUN_ID}" \
+      dev.solomon.run-id="${RUN_ID}" \
+      dev.solomon.manifest-sha256="${MANIFEST_SHA256}"
+
+ENV SOLOMON_RUN=/app/reports/training/${RUN_ID}
+USER 10001
+# `solomon generate` verifies the files again before it loads them.
+ENTRYPOINT ["solomon", "generate", "--root", "/app"]
+CMD ["--prompt", "In the beginning"]

@@ -1,0 +1,65 @@
+"""``solomon generate``: sample text from a run's model, only after its files verify against the run's manifest.
+
+The weights, model config and tokenizer are found as ``solomon verify`` finds them (workspace, or DVC cache),
+checked against the manifest's SHA256, and only then loaded. Sampling settings default to the run's own
+``train.samples``; the seed makes a generation repeatable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import yaml
+
+from solomon import weights
+from solomon.errors import SolomonError
+from solomon.report import manifest
+from solomon.report.verify import Locator, verify
+from solomon.runtime import configure_torch
+from solomon.tokenizer import load_tokenizer
+from solomon.train.sampling import generate
+
+SERVING_FILES = ("models/model.safetensors", "models/config.json", "data/tokenizer.json")
+
+
+def verified_files(run_dir: Path, root: Path) -> dict[str, Path]:
+    """Where the serving files are, after checking them against the manifest; refuses on any problem."""
+    result = verify(run_dir, root, set(SERVING_FILES))
+    if result.problems:
+        raise SolomonError(f"refusing to load {run_dir}: {result.problems[0]}; run `solomon verify {run_dir}`")
+    statement, _ = manifest.read(run_dir)
+    locate = Locator(run_dir, root, statement["predicate"]["dvc"]["stages"])
+    subjects = {s["name"]: s for s in statement["subject"]}
+    return {name: locate(subjects[name])[0] for name in SERVING_FILES}
+
+
+def generate_text(
+    run_dir: Path,
+    prompt: str,
+    root: Path = Path("."),
+    max_new_tokens: int | None = None,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    seed: int = 0,
+    threads: int = 1,
+) -> str:
+    files = verified_files(run_dir, root)
+    hyper = yaml.safe_load((run_dir / "hyperparameters.yaml").read_text(encoding="utf-8"))
+    samples = hyper["train"]["samples"]
+    configure_torch(threads)
+    model = weights.load_files(files["models/config.json"], files["models/model.safetensors"])
+    tokenizer = load_tokenizer(files["data/tokenizer.json"])
+    prompt_ids = tokenizer.encode(prompt).ids
+    if not prompt_ids:
+        raise SolomonError("--prompt is empty: give some text to continue")
+    new_ids = generate(
+        model,
+        prompt_ids,
+        max_new_tokens or samples["max_new_tokens"],
+        temperature or samples["temperature"],
+        top_k if top_k is not None else samples["top_k"],
+        torch.Generator().manual_seed(seed),
+        stop_id=tokenizer.token_to_id(hyper["tokenizer"]["eod_token"]),
+    )
+    return prompt + tokenizer.decode(new_ids)

@@ -1,0 +1,90 @@
+"""The Dockerfile: hadolint-clean, and what the image runs — its verify step and its entrypoint — run here
+outside Docker (no engine on these machines) on the image's file layout, rebuilt from the Dockerfile's COPY
+lines."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+from solomon.scratch import pipeline_env
+
+BIN = Path(sys.executable).parent
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", "\n".join(line for line in DOCKERFILE.splitlines() if not line.startswith("#")))
+    return [(line.split()[0], line.split(None, 1)[1]) for line in text.splitlines() if line.strip()]
+
+
+def test_hadolint_passes() -> None:
+    done = subprocess.run([str(BIN / "hadolint"), "Dockerfile"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_base_pinned_hashes_required_non_root_and_labelled() -> None:
+    steps = instructions()
+    assert re.fullmatch(r"python:3\.11-slim-\w+@sha256:[0-9a-f]{64}", dict(steps)["FROM"])
+    runs = [args for kind, args in steps if kind == "RUN"]
+    assert any("--require-hashes" in r and "-r requirements.lock" in r for r in runs)
+    assert any(r.startswith("solomon verify") and "--expect-digest" in r for r in runs)
+    assert re.fullmatch(r"\d+", dict(steps)["USER"])  # numeric: no name lookup in the host's passwd
+    labels = " ".join(args for kind, args in steps if kind == "LABEL")
+    assert 'dev.solomon.manifest-sha256="${MANIFEST_SHA256}"' in labels and 'dev.solomon.run-id="${RUN_ID}"' in labels
+    assert json.loads(dict(steps)["ENTRYPOINT"])[:2] == ["solomon", "generate"]
+
+
+def image_layout(repo: Path, app: Path, run_id: str) -> None:
+    """Copy what the Dockerfile's COPY lines after ARG RUN_ID copy, from ``repo`` into ``app``."""
+    steps = instructions()
+    start = steps.index(("ARG", "RUN_ID"))
+    for kind, args in steps[start:]:
+        if kind != "COPY":
+            continue
+        *sources, dest = shlex.split(args.replace("${RUN_ID}", run_id))
+        target = app / dest.removeprefix("./")
+        for source in sources:
+            if (repo / source).is_dir():
+                shutil.copytree(repo / source, target, dirs_exist_ok=True)
+            else:
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(repo / source, target / Path(source).name)
+
+
+def test_what_the_image_runs_works_on_its_layout(built_repo: Path, tmp_path: Path) -> None:
+    run_id = json.loads((built_repo / "reports/latest.json").read_text())["run_id"]
+    app = tmp_path / "app"
+    image_layout(built_repo, app, run_id)
+    assert not (app / "data/tokens").exists() and not (app / "dvc.lock").exists()  # only what the image holds
+    digest = hashlib.sha256((app / f"reports/training/{run_id}/manifest.json").read_bytes()).hexdigest()
+    verify_step = next(args for kind, args in instructions() if kind == "RUN" and args.startswith("solomon verify"))
+    command = shlex.split(
+        verify_step.replace("${RUN_ID}", run_id).replace("${MANIFEST_SHA256}", digest).replace("/app", str(app))
+    )
+    env = pipeline_env()
+    done = subprocess.run([str(BIN / command[0]), *command[1:]], cwd=app, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    wrong = [str(BIN / command[0]), *command[1:]]
+    wrong[wrong.index("--expect-digest") + 1] = "0" * 64
+    assert subprocess.run(wrong, cwd=app, env=env, capture_output=True).returncode == 1  # the build would fail
+
+    entrypoint = json.loads(dict(instructions())["ENTRYPOINT"])
+    entrypoint = [str(BIN / entrypoint[0]), *[str(app) if a == "/app" else a for a in entrypoint[1:]]]
+    env = env | {"SOLOMON_RUN": str(app / f"reports/training/{run_id}")}
+    done = subprocess.run(entrypoint + json.loads(dict(instructions())["CMD"]), env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("In the beginning"), done.stderr
+    data = bytearray((app / "models/model.safetensors").read_bytes())
+    data[-1] ^= 1
+    (app / "models/model.safetensors").write_bytes(bytes(data))
+    done = subprocess.run([*entrypoint, "--prompt", "x"], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "refusing to load" in done.stderr

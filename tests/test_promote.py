@@ -1,0 +1,78 @@
+"""`solomon promote` on real runs of the tiny pipeline, with the MLflow registry in the embedded SQLite store."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import dvc
+from mlflow.tracking import MlflowClient
+
+from solomon.scratch import pipeline_env, write_params
+
+SOLOMON = str(Path(sys.executable).parent / "solomon")
+
+
+def promote(repo: Path) -> subprocess.CompletedProcess:
+    run_dir = json.loads((repo / "reports/latest.json").read_text())["path"]
+    return subprocess.run([SOLOMON, "promote", run_dir], cwd=repo, env=pipeline_env(), capture_output=True, text=True)
+
+
+def latest_run(repo: Path) -> Path:
+    return repo / json.loads((repo / "reports/latest.json").read_text())["path"]
+
+
+def retrain(repo: Path, overrides: dict) -> None:
+    write_params(repo, overrides)
+    shutil.rmtree(repo / "checkpoints")
+    dvc(repo, "repro")
+
+
+def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: Path) -> None:
+    first = latest_run(repo_copy)
+    done = promote(repo_copy)  # params.yaml asks test.bits_per_byte <= 1.6; the tiny model is far above
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.startswith("promote refused: test.bits_per_byte ") and "above promote.max 1.6" in done.stdout
+
+    write_params(repo_copy, {"promote": {"max": {"test.bits_per_byte": 8.0}}})
+    metrics = first / "metrics.json"
+    original = metrics.read_bytes()
+    metrics.write_bytes(original.replace(b"0", b"1", 1))
+    done = promote(repo_copy)
+    metrics.write_bytes(original)
+    assert done.returncode == 1 and done.stdout.startswith(
+        "promote refused: verify failed: metrics.json: SHA256 mismatch"
+    )
+
+    done = promote(repo_copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "version 1 is now champion (the first)" in done.stdout
+    record = json.loads((first / "promotion.json").read_text())
+    manifest_digest = record["manifest_sha256"]
+    assert record["model"] == {"name": "solomon", "version": "1", "alias": "champion"} and record["previous"] is None
+    client = MlflowClient(f"sqlite:///{repo_copy / 'mlflow.db'}")
+    champion = client.get_model_version_by_alias("solomon", "champion")
+    assert str(champion.version) == "1"
+    assert champion.tags["manifest.sha256"] == manifest_digest and champion.tags["solomon.run_id"] == first.name
+
+    retrain(repo_copy, {"lr": {"peak": 1e-6}})  # barely trains: worse than the champion
+    worse = latest_run(repo_copy)
+    assert worse != first
+    done = promote(repo_copy)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "regresses against the champion (version 1, run " + first.name in done.stdout
+    assert not (worse / "promotion.json").exists()
+
+    retrain(repo_copy, {"lr": {"peak": 1e-3}, "train": {"max_steps": 60}})  # trains longer: better
+    better = latest_run(repo_copy)
+    done = promote(repo_copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "version 2 is now champion from version 1" in done.stdout
+    assert str(client.get_model_version_by_alias("solomon", "champion").version) == "2"
+    assert json.loads((better / "promotion.json").read_text())["previous"]["version"] == "1"
+    # The promotion record is outside the manifest: the promoted run still verifies.
+    verified = subprocess.run([SOLOMON, "verify", str(better)], cwd=repo_copy, env=pipeline_env(), capture_output=True)
+    assert verified.returncode == 0
