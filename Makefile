@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report image smoke test lint clean-venv mlflow-server mlflow-stop
+.PHONY: setup lock run repro report image browser smoke test lint clean-venv mlflow-server mlflow-stop
 
 setup: $(VENV)/.installed
 
@@ -45,7 +45,13 @@ image: setup
 smoke: setup
 	$(BIN)/solomon smoke
 
-test: setup
+# Debian's chromium for the report's browser test; installed only where we are root with apt (CI), else skipped.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "chromium not installed (needs root and apt): the browser test will skip"
+
+test: setup browser
 	$(BIN)/python -m pytest -q
 
 lint: setup

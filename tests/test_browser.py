@@ -1,0 +1,65 @@
+"""The run report in a real browser: headless Chromium opens index.html offline, logs no console messages, and
+the charts render (pixels of the curves' colours in a screenshot). `make test` installs Debian's chromium
+where it can (root + apt); elsewhere this skips, saying so."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make test` installs it as root)")
+# Offline and quiet: no background connections (the network is closed), console messages on stderr.
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+]
+TRAIN_BLUE, VALIDATION_ORANGE = (31, 119, 180), (255, 127, 14)  # matplotlib's first two colours
+
+
+def screenshot(page: Path, tmp_path: Path) -> tuple[list[str], np.ndarray]:
+    """Console lines Chromium logged for the page, and its screenshot as RGB 0-255."""
+    shot = tmp_path / f"{page.stem}.png"
+    done = subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
+         "--window-size=1000,3000", page.as_uri()],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert shot.is_file(), done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    return console, (matplotlib.image.imread(shot)[..., :3] * 255).astype(int)
+
+
+def pixels_near(image: np.ndarray, colour: tuple[int, int, int]) -> int:
+    return int((np.abs(image - np.array(colour)).sum(axis=-1) < 40).sum())
+
+
+def test_the_console_check_sees_errors(tmp_path: Path) -> None:
+    page = tmp_path / "broken.html"
+    page.write_text('<!DOCTYPE html><html><body><script>console.error("deliberate")</script></body></html>')
+    console, _ = screenshot(page, tmp_path)
+    assert any("deliberate" in line for line in console), console
+
+
+def test_report_renders_offline_with_no_console_messages_and_its_charts_drawn(built_repo: Path, tmp_path: Path) -> None:
+    run_dir = built_repo / json.loads((built_repo / "reports/latest.json").read_text())["path"]
+    page = tmp_path / "index.html"
+    shutil.copyfile(run_dir / "index.html", page)  # alone: anything it needed beside it would be missing
+    console, image = screenshot(page, tmp_path)
+    assert console == []
+    assert pixels_near(image, TRAIN_BLUE) > 2000  # four curves
+    assert pixels_near(image, VALIDATION_ORANGE) > 20  # the validation points of the loss chart
