@@ -455,10 +455,11 @@ def champion(name: str, alias: str, compare: str, root: Path = Path(".")) -> dic
 
 def public_uri(root: Path = Path(".")) -> str:
     """The tracking URI without any credentials in it, for records."""
-    parts = urlsplit(tracking_uri(root))
-    if parts.username or parts.password:
-        parts = parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else ""))
-    return urlunsplit(parts)
+    uri = tracking_uri(root)
+    parts = urlsplit(uri)
+    if not (parts.username or parts.password):
+        return uri  # unchanged: urlunsplit would turn sqlite://// into sqlite://
+    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
 
 
 def set_alias(name: str, alias: str, version: str, root: Path = Path(".")) -> None:

@@ -76,3 +76,12 @@ def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: P
     # The promotion record is outside the manifest: the promoted run still verifies.
     verified = subprocess.run([SOLOMON, "verify", str(better)], cwd=repo_copy, env=pipeline_env(), capture_output=True)
     assert verified.returncode == 0
+
+
+def test_records_never_hold_tracking_credentials(monkeypatch) -> None:
+    from solomon.tracking import public_uri
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://alice:s3cret@mlflow.example:8443/base")
+    assert public_uri() == "https://mlflow.example:8443/base"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////srv/solomon/mlflow.db")
+    assert public_uri() == "sqlite:////srv/solomon/mlflow.db"
