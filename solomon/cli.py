@@ -39,13 +39,26 @@ def _verify(args: argparse.Namespace) -> None:
     from solomon.report.verify import verify
 
     names = set(args.artifact) if args.artifact else None
-    result = verify(Path(args.run_dir), Path(args.root), names, args.expect_digest)
+    public_key = Path(args.public_key) if args.public_key else None
+    result = verify(Path(args.run_dir), Path(args.root), names, args.expect_digest, public_key)
     for problem in result.problems:
         print(f"FAIL {problem}")
     if result.problems:
         print(f"{result.run_id}: {len(result.problems)} problem(s); manifest sha256 {result.digest}")
         raise SystemExit(1)
     print(f"{result.run_id}: verified {result.checked} artifacts; manifest sha256 {result.digest}")
+
+
+def _sign(args: argparse.Namespace) -> None:
+    from solomon.errors import SolomonError
+    from solomon.report.signing import sign
+
+    password = None
+    if args.password_env:
+        password = os.environ.get(args.password_env)
+        if password is None:
+            raise SolomonError(f"${args.password_env} is not set: export the key's password there")
+    print(f"signed: {sign(Path(args.run_dir), Path(args.private_key), password)}")
 
 
 def _promote(args: argparse.Namespace) -> None:
@@ -171,7 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="check only this subject (repeatable), e.g. models/model.safetensors",
     )
     check.add_argument("--expect-digest", help="the manifest SHA256 this run must have (as recorded at promotion)")
+    check.add_argument("--public-key", help="PEM public key: the run's manifest.sig must verify with it")
     check.set_defaults(func=_verify)
+    signer = commands.add_parser("sign", help="sign a run directory offline with a local EC key (OpenSSF format)")
+    signer.add_argument("run_dir", help="reports/training/<run-id>")
+    signer.add_argument("--private-key", required=True, help="PEM EC private key (e.g. openssl ecparam prime256v1)")
+    signer.add_argument("--password-env", help="name of the environment variable holding the key's password")
+    signer.set_defaults(func=_sign)
     gate = commands.add_parser(
         "promote", help="verify, check promote.* thresholds and the champion, then register and move the alias"
     )

@@ -125,3 +125,55 @@ def test_generate_samples_repeatably_and_refuses_weights_that_do_not_verify(repo
     refused = subprocess.run(command, cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.startswith("error: refusing to load") and "models/model.safetensors: SHA256" in refused.stderr
+
+
+def test_a_signed_run_catches_the_forgery_an_unsigned_one_cannot(repo_copy: Path, tmp_path: Path) -> None:
+    """A consistent rewrite of the manifest and both pages passes plain verify (the documented limit); with the
+    run signed, `verify --public-key` names the signature. A wrong key and a missing signature fail too."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    def key_pair(name: str) -> tuple[Path, Path]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        private, public = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub"
+        private.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        public.write_bytes(
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
+        return private, public
+
+    run_dir = latest_run(repo_copy)
+    private, public = key_pair("signer")
+    _, stranger = key_pair("stranger")
+    done = verify(repo_copy, run_dir, "--public-key", str(public))
+    assert done.returncode == 1 and "FAIL manifest.sig: missing" in done.stdout
+    signed = subprocess.run(
+        [SOLOMON, "sign", str(run_dir), "--private-key", str(private)],
+        env=pipeline_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert signed.returncode == 0 and (run_dir / "manifest.sig").is_file(), signed.stderr
+    assert verify(repo_copy, run_dir, "--public-key", str(public)).returncode == 0
+    done = verify(repo_copy, run_dir, "--public-key", str(stranger))
+    assert done.returncode == 1 and "FAIL manifest.sig: does not verify" in done.stdout
+
+    # The forger changes the recorded git commit and rewrites manifest and pages consistently.
+    old_digest = manifest.digest_of((run_dir / "manifest.json").read_bytes())
+    statement = json.loads((run_dir / "manifest.json").read_text())
+    statement["predicate"]["git"]["commit"] = "f" * 40
+    forged = manifest.encode(statement)
+    (run_dir / "manifest.json").write_bytes(forged)
+    for page in manifest.PAGES:
+        path = run_dir / page
+        path.write_text(path.read_text().replace(old_digest, manifest.digest_of(forged)))
+    assert verify(repo_copy, run_dir).returncode == 0  # unsigned verify cannot tell
+    done = verify(repo_copy, run_dir, "--public-key", str(public))
+    assert done.returncode == 1
+    assert [line.split(" (")[0] for line in done.stdout.splitlines() if line.startswith("FAIL")] == [
+        f"FAIL manifest.sig: does not verify with {public}"
+    ]

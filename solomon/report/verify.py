@@ -86,11 +86,15 @@ class Locator:
 
 
 def verify(
-    run_dir: Path, root: Path = Path("."), names: set[str] | None = None, expect_digest: str | None = None
+    run_dir: Path,
+    root: Path = Path("."),
+    names: set[str] | None = None,
+    expect_digest: str | None = None,
+    public_key: Path | None = None,
 ) -> Result:
     """Check the manifest of ``run_dir``: only the subjects in ``names`` when given (the manifest's own checks
-    always run); ``expect_digest``, when given, must be the manifest's SHA256. Raises SolomonError when there is
-    no readable manifest at all."""
+    always run); ``expect_digest``, when given, must be the manifest's SHA256; with ``public_key``, the run
+    directory's signature must verify. Raises SolomonError when there is no readable manifest at all."""
     path = run_dir / manifest.MANIFEST
     if not path.is_file():
         raise SolomonError(
@@ -103,6 +107,11 @@ def verify(
         raise SolomonError(f"{path} is not valid JSON ({exc}): the manifest was damaged or edited") from None
     digest = manifest.digest_of(data)
     problems = []
+    if public_key is not None:
+        from solomon.report.signing import check
+
+        problem = check(run_dir, public_key)
+        problems += [problem] if problem else []
     if expect_digest is not None and expect_digest != digest:
         problems.append(f"manifest.json: SHA256 {digest[:12]}… is not the expected {expect_digest[:12]}…")
     if statement.get("_type") != manifest.STATEMENT_TYPE or statement.get("predicateType") != manifest.PREDICATE_TYPE:
