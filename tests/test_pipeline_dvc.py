@@ -118,6 +118,7 @@ def test_exp_run_changes_warmup_and_metrics_diff_shows_it(repo_copy: Path) -> No
     assert len(runs) == len(exp_runs) == 1, [r.data.tags for r in runs]
     run_id = json.loads((repo_copy / "reports/latest.json").read_text())["run_id"]
     assert exp_runs[0].info.run_name == f"{exp_runs[0].data.tags['dvc.exp_name']}-{run_id}"
+    assert run_id in shown  # the same run id in the DVC experiment (train_metrics.json), MLflow and the run dir
 
 
 def test_tokenizer_and_encoded_splits_are_byte_identical_across_runs(built_repo: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ def test_latest_run_directory_is_committed_whole() -> None:
         assert (run_dir / name).is_file(), name
     run = json.loads((run_dir / "run.json").read_text())
     assert run["run_id"] == latest["run_id"] == run_dir.name
+    assert sum(f.stat().st_size for f in run_dir.iterdir()) < 2_000_000  # small enough to commit; no weights
     assert run["sha256"]["metrics"] == sha256_file(ROOT / "metrics.json")
 
 
