@@ -300,6 +300,9 @@ class LiveTracker:
         try:
             if self._client is None:
                 self._connect()
+                if self._outage:  # a failure after this point is a new outage, with its own warning
+                    print(f"tracking: {self.uri} reachable again; catching up", file=sys.stderr, flush=True)
+                    self._outage = False
             while self._pending:
                 self._client.log_batch(self._mlflow_run, metrics=self._pending[:BATCH])
                 del self._pending[:BATCH]
@@ -309,10 +312,6 @@ class LiveTracker:
                 del self._pending_samples[0]
         except Exception as exc:
             self._fail(exc)
-            return
-        if self._outage:
-            print(f"tracking: {self.uri} reachable again; caught up", file=sys.stderr, flush=True)
-        self._outage = False
 
     def _fail(self, exc: Exception) -> None:
         if not self._outage:

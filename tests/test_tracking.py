@@ -191,7 +191,7 @@ def test_live_training_rides_out_a_server_that_is_down_comes_back_and_dies(
     output = training.communicate(timeout=300)[0]
     assert training.returncode == 0, output
     assert output.count("warning: tracking: cannot reach") == 2, output  # once per outage, not once per step
-    assert "reachable again; caught up" in output
+    assert "reachable again; catching up" in output
     assert "did not reach" in output
     done = subprocess.run([DVC, "repro"], cwd=repo_copy, env=pipeline_env() | env, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
