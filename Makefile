@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report image browser smoke test lint clean-venv mlflow-server mlflow-stop
+.PHONY: setup lock run repro report image browser bench smoke test lint clean-venv mlflow-server mlflow-stop
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,10 @@ image: setup
 	docker build --build-arg RUN_ID=$(RUN_ID) \
 		--build-arg MANIFEST_SHA256=$$(sha256sum reports/training/$(RUN_ID)/manifest.json | cut -d' ' -f1) \
 		-t solomon:$(RUN_ID) .
+
+# A benchmark, not a test: prints a table and writes reports/bench/<time>.json (the train part needs `make run`).
+bench: setup
+	$(BIN)/solomon bench
 
 smoke: setup
 	$(BIN)/solomon smoke

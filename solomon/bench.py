@@ -1,30 +1,74 @@
-"""Training throughput of the default model in eager fp32, bf16 autocast and torch.compile, measured in one
-process one after another, reported as tokens/s and as ratios to eager fp32."""
+"""``make bench``: how fast the default model trains here, and where a real train stage's time goes.
+
+1. A GEMM peak measured in this process (fp32 and bf16 square matmuls), the reference for MFU.
+2. The default model trained for a fixed number of steps after warm-up in eager fp32, eager bf16 autocast and
+   torch.compile fp32, one after another in this process: tokens/s, achieved GFLOP/s (6·N per token for the
+   weights plus 12·L·d·T for attention, as in the PaLM and nanoGPT estimates) and MFU against the peak of the
+   variant's precision.
+3. A real train stage (``stages/train.py``, tracking, evaluation with samples and checkpoints on at their
+   configured intervals) on the workspace's token files for ``stage_steps`` steps: wall time and the share of
+   each overhead, from the seconds the loop records in ``train_metrics.json``; then the same command again on the
+   finished checkpoint (the cost of a resume), and ``dvc repro`` with nothing changed when the workspace is up
+   to date.
+A benchmark, not a test: nothing here asserts a time.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
+import yaml
 
 from solomon.model import GPT, GPTConfig
 from solomon.params import Params
 from solomon.runtime import configure_torch
+from solomon.scratch import merge
 from solomon.train.data_order import DataOrder
 from solomon.train.loop import accumulate_gradients
 
 VARIANTS = {"eager fp32": ("fp32", False), "eager bf16": ("bf16", False), "compiled fp32": ("fp32", True)}
 
 
+def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
+    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(dtype)
+    b = torch.randn(n, n, generator=torch.Generator().manual_seed(1)).to(dtype)
+    for _ in range(3):
+        a @ b
+    started = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n**3 * repeats / (time.perf_counter() - started) / 1e9
+
+
+def flops_per_token(config: GPTConfig, n_params: int) -> int:
+    """Training FLOPs per token: 6 per parameter (forward 2, backward 4) plus attention's 12·L·d·T."""
+    return 6 * n_params + 12 * config.n_layer * config.n_embd * config.block_size
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
 def training_throughput(params: Params, steps: int = 20, warmup: int = 3, vocab_size: int = 8192) -> dict:
     configure_torch(params.train.threads)
+    peaks = {"fp32": gemm_peak_gflops(torch.float32), "bf16": gemm_peak_gflops(torch.bfloat16)}
     tokens = torch.randint(0, vocab_size, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
     order = DataOrder(0, len(tokens), params.model.block_size, params.train.batch_size, params.train.accum_steps)
+    tokens_per_step = params.train.batch_size * params.model.block_size
     results = {}
     for name, (precision, compiled) in VARIANTS.items():
         torch.manual_seed(0)
-        model = GPT(GPTConfig(vocab_size=vocab_size, **params.model.model_dump()))
+        config = GPTConfig(vocab_size=vocab_size, **params.model.model_dump())
+        model = GPT(config)
         step_model = torch.compile(model) if compiled else model
         optimizer = model.configure_optimizer(1e-4, 0.1, (0.9, 0.95))
 
@@ -40,11 +84,68 @@ def training_throughput(params: Params, steps: int = 20, warmup: int = 3, vocab_
             accumulate_gradients(step_model, batches, 0.0, autocast)
             optimizer.step()
         elapsed = time.perf_counter() - started
+        tokens_per_s = steps * tokens_per_step / elapsed
+        gflops = tokens_per_s * flops_per_token(config, model.num_params(non_embedding=False)) / 1e9
         results[name] = {
-            "tokens_per_s": round(steps * params.train.batch_size * params.model.block_size / elapsed, 1),
+            "tokens_per_s": round(tokens_per_s, 1),
+            "gflops": round(gflops, 1),
+            "mfu": round(gflops / peaks[precision], 3),
+            "mfu_of": f"{precision} GEMM peak",
             "warmup_s": round(started - first_started, 1),
+            "peak_rss_mib_so_far": round(peak_rss_mib(), 1),
         }
     base = results["eager fp32"]["tokens_per_s"]
     for result in results.values():
         result["ratio_to_eager_fp32"] = round(result["tokens_per_s"] / base, 3)
-    return results
+    return {
+        "gemm_peak_gflops": {k: round(v, 1) for k, v in peaks.items()},
+        "model": params.model.model_dump() | {"batch_size": params.train.batch_size},
+        "threads": params.train.threads,
+        "steps": steps,
+        "variants": results,
+    }
+
+
+def _run(command: list[str], cwd: Path) -> float:
+    started = time.perf_counter()
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    return time.perf_counter() - started
+
+
+def stage_overheads(repo: Path, stage_steps: int) -> dict:
+    """A real train stage on ``repo``'s token files, in a scratch directory, with params.yaml's intervals."""
+    base = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    with tempfile.TemporaryDirectory(prefix="solomon-bench-") as scratch:
+        work = Path(scratch)
+        (work / "params.yaml").write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps}})))
+        command = [
+            sys.executable, str(repo / "stages/train.py"), str(repo / "data/tokens"), str(repo / "data/tokenizer.json"),
+            "models", "checkpoints", "train_log.tsv", "train_evals.jsonl", "train_metrics.json",
+        ]  # fmt: skip
+        process_s = _run(command, work)
+        metrics = json.loads((work / "train_metrics.json").read_text(encoding="utf-8"))
+        resume_s = _run(command, work)  # on the finished checkpoint: start, load, verify, write outputs
+    wall = metrics["wall_s"]
+    seconds = metrics["seconds"]
+    shares = {name: round(value / wall, 4) for name, value in seconds.items()}
+    result = {
+        "steps": stage_steps,
+        "eval_interval": base["train"]["eval_interval"],
+        "ckpt_interval": base["train"]["ckpt_interval"],
+        "process_s": round(process_s, 1),
+        "loop_wall_s": wall,
+        "tokens_per_s": metrics["tokens_per_s"],
+        "seconds": seconds,
+        "share_of_loop_wall": shares,
+        "overhead_share": round(sum(shares.values()), 4),
+        "resume_on_finished_checkpoint_s": round(resume_s, 1),
+    }
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "dvc"), "status"], cwd=repo, capture_output=True, text=True
+    )
+    if status.returncode == 0 and "up to date" in status.stdout:
+        result["noop_dvc_repro_s"] = round(_run([str(Path(sys.executable).parent / "dvc"), "repro"], repo), 2)
+    else:
+        result["noop_dvc_repro_s"] = None  # the workspace has stages to run: not a no-op to time
+    return result

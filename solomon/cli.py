@@ -29,10 +29,50 @@ def _positive_int(text: str) -> int:
 
 
 def _bench(args: argparse.Namespace) -> None:
-    from solomon.bench import training_throughput
+    from datetime import UTC, datetime
+
+    from tabulate import tabulate
+
+    from solomon.atomic import write_json
+    from solomon.bench import stage_overheads, training_throughput
     from solomon.params import load_params
 
-    print(json.dumps(training_throughput(load_params(args.params), steps=args.steps), indent=2))
+    params = load_params(args.params)
+    result = {"measured_utc": datetime.now(UTC).isoformat(timespec="seconds")}
+    result["throughput"] = training_throughput(params, steps=args.steps)
+    rows = [
+        [
+            name,
+            v["tokens_per_s"],
+            v["ratio_to_eager_fp32"],
+            v["gflops"],
+            f"{v['mfu']:.1%} of {v['mfu_of']}",
+            v["warmup_s"],
+        ]
+        for name, v in result["throughput"]["variants"].items()
+    ]
+    peaks = result["throughput"]["gemm_peak_gflops"]
+    print(f"GEMM peak here: fp32 {peaks['fp32']} GFLOP/s, bf16 {peaks['bf16']} GFLOP/s")
+    print(tabulate(rows, ["variant", "tokens/s", "× eager fp32", "GFLOP/s", "MFU", "warm-up s"], tablefmt="github"))
+    print(f"peak RSS: {result['throughput']['variants']['compiled fp32']['peak_rss_mib_so_far']} MiB")
+    root = Path(".")
+    if args.stage_steps and (root / "data/tokens/train.bin").is_file():
+        stage = result["stage"] = stage_overheads(root.resolve(), args.stage_steps)
+        rows = [[name, stage["seconds"][name], f"{share:.2%}"] for name, share in stage["share_of_loop_wall"].items()]
+        rows.append(["all overheads", round(sum(stage["seconds"].values()), 3), f"{stage['overhead_share']:.2%}"])
+        print(
+            f"\ntrain stage, {stage['steps']} steps (loop {stage['loop_wall_s']} s, {stage['tokens_per_s']} tokens/s):"
+        )
+        print(tabulate(rows, ["overhead", "seconds", "share of loop wall"], tablefmt="github"))
+        print(
+            f"resume on a finished checkpoint: {stage['resume_on_finished_checkpoint_s']} s; "
+            f"dvc repro with nothing changed: {stage['noop_dvc_repro_s']} s"
+        )
+    else:
+        print("train stage not timed: no data/tokens here (run `make run` first) or --stage-steps 0")
+    out = Path(args.out) / f"{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
+    write_json(out, result)
+    print(f"written: {out}")
 
 
 def _verify(args: argparse.Namespace) -> None:
@@ -166,11 +206,13 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--source", default=".", help="repository to copy (default: the current directory)")
     smoke.add_argument("--keep", action="store_true", help="keep the scratch copy and print its path")
     smoke.set_defaults(func=_smoke)
-    bench = commands.add_parser("bench", help="training tokens/s: eager fp32 vs bf16 vs torch.compile")
+    bench = commands.add_parser("bench", help="tokens/s, GFLOP/s and MFU per variant; a real train stage's overheads")
     bench.add_argument("--params", default="params.yaml")
     bench.add_argument(
         "--steps", type=_positive_int, default=20, help="timed steps per variant (after 3 warm-up steps)"
     )
+    bench.add_argument("--stage-steps", type=int, default=200, help="steps of the timed real train stage (0: skip it)")
+    bench.add_argument("--out", default="reports/bench", help="where the JSON record goes")
     bench.set_defaults(func=_bench)
     check = commands.add_parser(
         "verify", help="recompute every SHA256 in a run's manifest: exit 0 only when all match, else one line each"

@@ -256,6 +256,7 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
     tracker.start(run_id, run_log.steps, run_log.evals)
     exit_code = None
     status = "FAILED"  # unless the run ends, or stops on a signal
+    seconds = {"eval_and_samples": 0.0, "checkpoints": 0.0, "tracking": 0.0}
     try:
         with StopSignals() as stop_signals:
             last = start if stopper.should_stop else cfg.max_steps  # an early-stopped run stays stopped
@@ -283,14 +284,20 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
                     "tokens_per_s": tokens_per_step / (time.perf_counter() - step_started),
                 }
                 run_log.step(row)
+                tracking_started = time.perf_counter()
                 tracker.step(row)
+                seconds["tracking"] += time.perf_counter() - tracking_started
                 progress.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.2e}", refresh=False)
                 if done % cfg.eval_interval == 0 or done == cfg.max_steps:
+                    eval_started = time.perf_counter()
                     evaluate_and_sample(done)
+                    seconds["eval_and_samples"] += time.perf_counter() - eval_started
                     faults.maybe_crash("after-eval", done)
                 finished = done == cfg.max_steps or stopper.should_stop
                 if done % cfg.ckpt_interval == 0 or finished or stop_signals.received:
+                    checkpoint_started = time.perf_counter()
                     checkpoints.save(done, checkpoint_state(done))
+                    seconds["checkpoints"] += time.perf_counter() - checkpoint_started
                 faults.maybe_crash("after-step", done)
                 faults.maybe_pause(done)
                 if stop_signals.received:
@@ -310,6 +317,9 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
         if exit_code is not None:
             raise SystemExit(exit_code)
 
+        finish_started = time.perf_counter()
+        tracker.finish("FINISHED")  # the last sends: part of this run's time
+        seconds["tracking"] += time.perf_counter() - finish_started
         elapsed = time.perf_counter() - started
         if not best_dir.is_dir():
             raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
@@ -327,6 +337,8 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
             "parameters": model.num_params(non_embedding=False),
             "resumed_from_step": start,
             "wall_s": round(elapsed, 2),
+            # Where this process's wall time went (the rest is the optimiser steps and the step log).
+            "seconds": {name: round(value, 3) for name, value in seconds.items()},
             "tokens_per_s": round(steps_here * tokens_per_step / elapsed, 1) if steps_here else None,
             "precision": cfg.precision,
             "compile": cfg.compile,
