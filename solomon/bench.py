@@ -58,7 +58,9 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def training_throughput(params: Params, steps: int = 20, warmup: int = 3, vocab_size: int = 8192) -> dict:
+def training_throughput(
+    params: Params, steps: int = 20, warmup: int = 3, vocab_size: int = 8192, compile_variant: bool = True
+) -> dict:
     configure_torch(params.train.threads)
     peaks = {"fp32": gemm_peak_gflops(torch.float32), "bf16": gemm_peak_gflops(torch.bfloat16)}
     tokens = torch.randint(0, vocab_size, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
@@ -66,6 +68,8 @@ def training_throughput(params: Params, steps: int = 20, warmup: int = 3, vocab_
     tokens_per_step = params.train.batch_size * params.model.block_size
     results = {}
     for name, (precision, compiled) in VARIANTS.items():
+        if compiled and not compile_variant:
+            continue
         torch.manual_seed(0)
         config = GPTConfig(vocab_size=vocab_size, **params.model.model_dump())
         model = GPT(config)

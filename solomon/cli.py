@@ -34,12 +34,12 @@ def _bench(args: argparse.Namespace) -> None:
     from tabulate import tabulate
 
     from solomon.atomic import write_json
-    from solomon.bench import stage_overheads, training_throughput
+    from solomon.bench import peak_rss_mib, stage_overheads, training_throughput
     from solomon.params import load_params
 
     params = load_params(args.params)
     result = {"measured_utc": datetime.now(UTC).isoformat(timespec="seconds")}
-    result["throughput"] = training_throughput(params, steps=args.steps)
+    result["throughput"] = training_throughput(params, steps=args.steps, compile_variant=not args.skip_compile)
     rows = [
         [
             name,
@@ -54,7 +54,7 @@ def _bench(args: argparse.Namespace) -> None:
     peaks = result["throughput"]["gemm_peak_gflops"]
     print(f"GEMM peak here: fp32 {peaks['fp32']} GFLOP/s, bf16 {peaks['bf16']} GFLOP/s")
     print(tabulate(rows, ["variant", "tokens/s", "× eager fp32", "GFLOP/s", "MFU", "warm-up s"], tablefmt="github"))
-    print(f"peak RSS: {result['throughput']['variants']['compiled fp32']['peak_rss_mib_so_far']} MiB")
+    print(f"peak RSS: {peak_rss_mib():.1f} MiB")
     root = Path(".")
     if args.stage_steps and (root / "data/tokens/train.bin").is_file():
         stage = result["stage"] = stage_overheads(root.resolve(), args.stage_steps)
@@ -213,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--stage-steps", type=int, default=200, help="steps of the timed real train stage (0: skip it)")
     bench.add_argument("--out", default="reports/bench", help="where the JSON record goes")
+    bench.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variant")
     bench.set_defaults(func=_bench)
     check = commands.add_parser(
         "verify", help="recompute every SHA256 in a run's manifest: exit 0 only when all match, else one line each"

@@ -1,0 +1,45 @@
+"""`solomon bench` end to end on the tiny pipeline: every figure is there and sane (a benchmark: no timings are
+asserted, and the compiled variant stays out of the suite)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from solomon.scratch import pipeline_env
+
+
+def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) -> None:
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "solomon"),
+            "bench",
+            "--steps",
+            "2",
+            "--stage-steps",
+            "12",
+            "--skip-compile",
+        ],
+        cwd=repo_copy,
+        env=pipeline_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "| eager bf16" in done.stdout and "share of loop wall" in done.stdout
+    [record] = list((repo_copy / "reports/bench").glob("*.json"))
+    result = json.loads(record.read_text())
+    throughput = result["throughput"]
+    assert set(throughput["variants"]) == {"eager fp32", "eager bf16"}
+    assert all(peak > 0 for peak in throughput["gemm_peak_gflops"].values())
+    for variant in throughput["variants"].values():
+        assert variant["tokens_per_s"] > 0 and 0 < variant["mfu"] < 2 and variant["gflops"] > 0
+    stage = result["stage"]
+    assert stage["steps"] == 12 and set(stage["seconds"]) == {"eval_and_samples", "checkpoints", "tracking"}
+    assert stage["seconds"]["eval_and_samples"] > 0 and stage["seconds"]["checkpoints"] > 0
+    assert 0 < stage["overhead_share"] < 1
+    assert stage["resume_on_finished_checkpoint_s"] > 0
+    assert stage["noop_dvc_repro_s"] is None or stage["noop_dvc_repro_s"] > 0
