@@ -8,6 +8,12 @@ class SolomonError(Exception):
     """Bad input (params, corpus, checkpoint, CLI flags): the message says what is wrong and how to fix it."""
 
 
+def first_line(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one short line for a warning or refusal: its first line, else its type's name."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
+
+
 def run_main(main: Callable[[], object]) -> None:
     """Run a stage or command: bad input becomes one line on stderr and exit status 2."""
     try:

@@ -14,8 +14,7 @@ import yaml
 
 from solomon import weights
 from solomon.errors import SolomonError
-from solomon.report import manifest
-from solomon.report.verify import Locator, verify
+from solomon.report.verify import locate_files, verify
 from solomon.runtime import configure_torch
 from solomon.tokenizer import load_tokenizer
 from solomon.train.sampling import generate
@@ -28,10 +27,7 @@ def verified_files(run_dir: Path, root: Path) -> dict[str, Path]:
     result = verify(run_dir, root, set(SERVING_FILES))
     if result.problems:
         raise SolomonError(f"refusing to load {run_dir}: {result.problems[0]}; run `solomon verify {run_dir}`")
-    statement, _ = manifest.read(run_dir)
-    locate = Locator(run_dir, root, statement["predicate"]["dvc"]["stages"])
-    subjects = {s["name"]: s for s in statement["subject"]}
-    return {name: locate(subjects[name])[0] for name in SERVING_FILES}
+    return locate_files(run_dir, root, SERVING_FILES)
 
 
 def generate_text(

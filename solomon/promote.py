@@ -20,7 +20,7 @@ from solomon.atomic import write_json
 from solomon.errors import SolomonError
 from solomon.params import PromoteParams
 from solomon.report import manifest
-from solomon.report.verify import Locator, verify
+from solomon.report.verify import locate_files, verify
 
 MODEL_FILES = ("models/model.safetensors", "models/config.json")
 
@@ -62,12 +62,9 @@ def check_champion(value: float, champion: dict | None, policy: PromoteParams) -
         )
 
 
-def _model_dir(run_dir: Path, root: Path, statement: dict, into: Path) -> Path:
+def _model_dir(run_dir: Path, root: Path, into: Path) -> Path:
     """The run's weights and config (from the workspace or the DVC cache, as verify found them) in ``into``."""
-    locate = Locator(run_dir, root, statement["predicate"]["dvc"]["stages"])
-    subjects = {s["name"]: s for s in statement["subject"]}
-    for name in MODEL_FILES:
-        found, _ = locate(subjects[name])
+    for name, found in locate_files(run_dir, root, MODEL_FILES).items():
         shutil.copyfile(found, into / Path(name).name)
     return into
 
@@ -91,7 +88,7 @@ def promote(run_dir: Path, policy: PromoteParams, root: Path = Path(".")) -> Pro
     check_champion(value, champion, policy)
 
     with tempfile.TemporaryDirectory() as tmp:
-        tracking.sync_run(run_dir, root, model_dir=_model_dir(run_dir, root, statement, Path(tmp)))
+        tracking.sync_run(run_dir, root, model_dir=_model_dir(run_dir, root, Path(tmp)))
     tags = {
         "manifest.sha256": result.digest,
         "git.commit": str(statement["predicate"]["git"]["commit"]),

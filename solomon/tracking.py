@@ -35,7 +35,7 @@ from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from solomon.errors import SolomonError
+from solomon.errors import SolomonError, first_line
 from solomon.hashing import sha256_file
 from solomon.params import Params, flatten
 from solomon.provenance import git_state
@@ -74,11 +74,6 @@ def tracking_uri(root: Path = Path(".")) -> str:
 
 def _warn(message: str) -> None:
     print(f"warning: tracking: {message}", file=sys.stderr, flush=True)
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 def _experiment_id(client: MlflowClient, uri: str, root: Path) -> str:
@@ -316,7 +311,7 @@ class LiveTracker:
     def _fail(self, exc: Exception) -> None:
         if not self._outage:
             _warn(
-                f"cannot reach {self.uri} ({_reason(exc)}); training goes on, the local log keeps every step, "
+                f"cannot reach {self.uri} ({first_line(exc)}); training goes on, the local log keeps every step, "
                 f"and sending resumes when it answers (tried every {self._retry_s:g} s)"
             )
         self._outage = True
@@ -391,7 +386,7 @@ def open_run_or_warn(run_id: str, params: Params, root: Path = Path(".")) -> str
     try:
         return _open_run(root, run_id, source_tags(), param_values(params.model_dump(mode="json")))[1]
     except Exception as exc:
-        _warn(f"cannot reach {tracking_uri(root)} ({_reason(exc)}); the manifest records no MLflow run id")
+        _warn(f"cannot reach {tracking_uri(root)} ({first_line(exc)}); the manifest records no MLflow run id")
         return None
 
 
@@ -401,7 +396,7 @@ def sync_or_warn(run_dir: Path, root: Path = Path("."), model_dir: Path | None =
         return sync_run(run_dir, root, model_dir)
     except Exception as exc:
         _warn(
-            f"could not log run {run_dir.name} to {tracking_uri(root)} ({_reason(exc)}); "
+            f"could not log run {run_dir.name} to {tracking_uri(root)} ({first_line(exc)}); "
             f"it is recorded in {run_dir}; replay with `solomon track sync {run_dir.name}`"
         )
         return None

@@ -37,16 +37,23 @@ def _figure(rows: list[dict], evals: list[dict], name: str):
     return fig
 
 
-def render(rows: list[dict], evals: list[dict], png_dir: Path | None = None) -> dict[str, str]:
-    """Return {name: inline SVG text}; with ``png_dir``, also write ``<name>.png`` there."""
-    svgs = {}
+def write_pngs(rows: list[dict], evals: list[dict], out_dir: Path) -> list[str]:
+    """Write ``<name>.png`` into ``out_dir`` for the Markdown page; return the names."""
     for name in CHARTS:
         fig = _figure(rows, evals, name)
-        if png_dir is not None:
-            fig.savefig(png_dir / f"{name}.png", metadata={"Software": None})
+        fig.savefig(out_dir / f"{name}.png", metadata={"Software": None})
+        plt.close(fig)
+    return list(CHARTS)
+
+
+def svgs(rows: list[dict], evals: list[dict]) -> dict[str, str]:
+    """{name: inline SVG text} for the self-contained HTML page."""
+    rendered = {}
+    for name in CHARTS:
+        fig = _figure(rows, evals, name)
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
         plt.close(fig)
         svg = buffer.getvalue()
-        svgs[name] = svg[svg.index("<svg") :]
-    return svgs
+        rendered[name] = svg[svg.index("<svg") :]
+    return rendered

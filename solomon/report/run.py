@@ -115,7 +115,7 @@ def create_run(
         for name, copy in RECORD_FILES.items():
             shutil.copyfile(files[name], tmp / copy)
         write_json(tmp / "run.json", run_info)
-        charts.render(rows, evals, tmp)
+        charts.write_pngs(rows, evals, tmp)
 
         subjects = manifest.workspace_subjects(provenance.repo_root, provenance.corpus_files)
         statement = manifest.build(subjects + manifest.run_subjects(tmp), _predicate(params, run_info, provenance, now))
@@ -173,7 +173,7 @@ def render_pages(run_dir: Path) -> None:
             ],
         ),
     }
-    svgs = charts.render(rows, evals)
+    svgs = charts.svgs(rows, evals)
     datacard = (run_dir / "datacard.md").read_text(encoding="utf-8")
     write_text(run_dir / "README.md", document.render_markdown(title, intro, tables, list(svgs)))
     write_text(run_dir / "index.html", document.render_html(title, intro, tables, svgs, datacard))

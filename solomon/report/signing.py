@@ -14,7 +14,7 @@ from pathlib import Path
 
 from model_signing import hashing, signing, verifying
 
-from solomon.errors import SolomonError
+from solomon.errors import SolomonError, first_line
 from solomon.report import manifest
 
 SIGNATURE = "manifest.sig"
@@ -23,11 +23,6 @@ SIGNATURE = "manifest.sig"
 def _hashing(run_dir: Path) -> hashing.Config:
     run_dir = run_dir.resolve()  # the library resolves ignored paths against the model path
     return hashing.Config().set_ignored_paths(paths=[run_dir / SIGNATURE, run_dir / manifest.PROMOTION])
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return text[:240]
 
 
 def sign(run_dir: Path, private_key: Path, password: str | None = None) -> Path:
@@ -42,7 +37,7 @@ def sign(run_dir: Path, private_key: Path, password: str | None = None) -> Path:
         config.set_hashing_config(_hashing(run_dir)).sign(run_dir.resolve(), tmp)
     except (ValueError, TypeError) as exc:
         tmp.unlink(missing_ok=True)
-        raise SolomonError(f"cannot sign with {private_key}: {_reason(exc)}") from None
+        raise SolomonError(f"cannot sign with {private_key}: {first_line(exc, 240)}") from None
     os.replace(tmp, run_dir / SIGNATURE)
     return run_dir / SIGNATURE
 
@@ -57,5 +52,5 @@ def check(run_dir: Path, public_key: Path) -> str | None:
         config = verifying.Config().use_elliptic_key_verifier(public_key=public_key)
         config.set_hashing_config(_hashing(run_dir)).verify(run_dir.resolve(), run_dir / SIGNATURE)
     except Exception as exc:  # the library raises ValueError and others for a bad signature or bundle
-        return f"{SIGNATURE}: does not verify with {public_key} ({_reason(exc)})"
+        return f"{SIGNATURE}: does not verify with {public_key} ({first_line(exc, 240)})"
     return None

@@ -17,8 +17,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from solomon.corpus import corpus_file
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
@@ -63,9 +61,7 @@ class Locator:
         self.run_dir, self.root = run_dir, root
         self.recorded = _outs(recorded_stages)
         lock = root / "dvc.lock"
-        self.current = (
-            _outs(yaml.safe_load(lock.read_text(encoding="utf-8")).get("stages", {})) if lock.is_file() else {}
-        )
+        self.current = _outs(manifest.dvc_stages(lock, exclude=())) if lock.is_file() else {}
 
     def __call__(self, subject: dict) -> tuple[Path | None, str]:
         """(path or None, where it was looked for)."""
@@ -83,6 +79,14 @@ class Locator:
                     return self.root / name, "workspace"
                 return _in_cache(self.root, name, out_path, md5), "DVC cache"
         return self.root / name, "workspace"
+
+
+def locate_files(run_dir: Path, root: Path, names: tuple[str, ...]) -> dict[str, Path]:
+    """Where the manifest's subjects ``names`` are now (workspace, DVC cache, run directory), by name."""
+    statement, _ = manifest.read(run_dir)
+    locate = Locator(run_dir, root, statement["predicate"]["dvc"]["stages"])
+    subjects = {s["name"]: s for s in statement["subject"]}
+    return {name: locate(subjects[name])[0] for name in names}
 
 
 def verify(
