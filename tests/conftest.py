@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -30,6 +31,17 @@ def tree_digest(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def latest_run_dir(repo: Path) -> Path:
+    """The run directory reports/latest.json names."""
+    return repo / json.loads((repo / "reports/latest.json").read_text())["path"]
+
+
+def flip_last_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
 
 
 def dvc(repo: Path, *args: str, check: bool = True):

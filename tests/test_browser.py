@@ -4,7 +4,6 @@ where it can (root + apt); elsewhere this skips, saying so."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
+from conftest import latest_run_dir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make test` installs it as root)")
@@ -56,7 +56,7 @@ def test_the_console_check_sees_errors(tmp_path: Path) -> None:
 
 
 def test_report_renders_offline_with_no_console_messages_and_its_charts_drawn(built_repo: Path, tmp_path: Path) -> None:
-    run_dir = built_repo / json.loads((built_repo / "reports/latest.json").read_text())["path"]
+    run_dir = latest_run_dir(built_repo)
     page = tmp_path / "index.html"
     shutil.copyfile(run_dir / "index.html", page)  # alone: anything it needed beside it would be missing
     console, image = screenshot(page, tmp_path)

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from conftest import ROOT, flip_last_byte, latest_run_dir
 
 from solomon.scratch import pipeline_env
 
@@ -62,7 +62,7 @@ def image_layout(repo: Path, app: Path, run_id: str) -> None:
 
 
 def test_what_the_image_runs_works_on_its_layout(built_repo: Path, tmp_path: Path) -> None:
-    run_id = json.loads((built_repo / "reports/latest.json").read_text())["run_id"]
+    run_id = latest_run_dir(built_repo).name
     app = tmp_path / "app"
     image_layout(built_repo, app, run_id)
     assert not (app / "data/tokens").exists() and not (app / "dvc.lock").exists()  # only what the image holds
@@ -83,8 +83,6 @@ def test_what_the_image_runs_works_on_its_layout(built_repo: Path, tmp_path: Pat
     env = env | {"SOLOMON_RUN": str(app / f"reports/training/{run_id}")}
     done = subprocess.run(entrypoint + json.loads(dict(instructions())["CMD"]), env=env, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.startswith("In the beginning"), done.stderr
-    data = bytearray((app / "models/model.safetensors").read_bytes())
-    data[-1] ^= 1
-    (app / "models/model.safetensors").write_bytes(bytes(data))
+    flip_last_byte(app / "models/model.safetensors")
     done = subprocess.run([*entrypoint, "--prompt", "x"], env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "refusing to load" in done.stderr

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import dvc
+from conftest import dvc, latest_run_dir
 from mlflow.tracking import MlflowClient
 
 from solomon.scratch import pipeline_env, write_params
@@ -17,12 +17,8 @@ SOLOMON = str(Path(sys.executable).parent / "solomon")
 
 
 def promote(repo: Path) -> subprocess.CompletedProcess:
-    run_dir = json.loads((repo / "reports/latest.json").read_text())["path"]
+    run_dir = str(latest_run_dir(repo))
     return subprocess.run([SOLOMON, "promote", run_dir], cwd=repo, env=pipeline_env(), capture_output=True, text=True)
-
-
-def latest_run(repo: Path) -> Path:
-    return repo / json.loads((repo / "reports/latest.json").read_text())["path"]
 
 
 def retrain(repo: Path, overrides: dict) -> None:
@@ -32,7 +28,7 @@ def retrain(repo: Path, overrides: dict) -> None:
 
 
 def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: Path) -> None:
-    first = latest_run(repo_copy)
+    first = latest_run_dir(repo_copy)
     done = promote(repo_copy)  # params.yaml asks test.bits_per_byte <= 1.6; the tiny model is far above
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.startswith("promote refused: test.bits_per_byte ") and "above promote.max 1.6" in done.stdout
@@ -59,7 +55,7 @@ def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: P
     assert champion.tags["manifest.sha256"] == manifest_digest and champion.tags["solomon.run_id"] == first.name
 
     retrain(repo_copy, {"lr": {"peak": 1e-6}})  # barely trains: worse than the champion
-    worse = latest_run(repo_copy)
+    worse = latest_run_dir(repo_copy)
     assert worse != first
     done = promote(repo_copy)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -67,7 +63,7 @@ def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: P
     assert not (worse / "promotion.json").exists()
 
     retrain(repo_copy, {"lr": {"peak": 1e-3}, "train": {"max_steps": 60}})  # trains longer: better
-    better = latest_run(repo_copy)
+    better = latest_run_dir(repo_copy)
     done = promote(repo_copy)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "version 2 is now champion from version 1" in done.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import latest_run_dir
 
 from solomon.corpus import source_files
 from solomon.datacard import card_fields, render_markdown
@@ -120,7 +121,7 @@ def test_make_report_rebuilds_the_pages_from_the_run_files_alone(repo_copy: Path
 
     from solomon.scratch import pipeline_env
 
-    run_dir = repo_copy / json.loads((repo_copy / "reports/latest.json").read_text())["path"]
+    run_dir = latest_run_dir(repo_copy)
     pages = {name: (run_dir / name).read_bytes() for name in ("index.html", "README.md")}
     (run_dir / "README.md").unlink()
     (run_dir / "index.html").write_text("stale")

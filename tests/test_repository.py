@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import yaml
-from conftest import ROOT
+from conftest import ROOT, latest_run_dir
 
 from solomon.hashing import sha256_file
 
@@ -35,7 +35,7 @@ def test_committed_run_directory_matches_its_manifest() -> None:
     from solomon.report.manifest import RUN
     from solomon.report.verify import verify
 
-    run_dir = ROOT / json.loads((ROOT / "reports/latest.json").read_text())["path"]
+    run_dir = latest_run_dir(ROOT)
     subjects = json.loads((run_dir / "manifest.json").read_text())["subject"]
     names = {s["name"] for s in subjects if s["annotations"]["location"] == RUN}
     assert {"metrics.json", "hyperparameters.yaml", "datacard.md", "run.json"} <= names

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DVC, digest
+from conftest import DVC, digest, latest_run_dir
 from mlflow.tracking import MlflowClient
 
 from solomon import mlflow_server
@@ -70,10 +70,6 @@ def idle_server(tmp_path: Path):
     own.stop()
 
 
-def run_dir_of(repo: Path) -> Path:
-    return repo / json.loads((repo / "reports/latest.json").read_text())["path"]
-
-
 def the_run(client: MlflowClient, run_id: str):
     experiment = client.get_experiment_by_name("solomon")
     runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`{RUN_ID_TAG}` = '{run_id}'")
@@ -119,7 +115,7 @@ def test_embedded_sqlite_default_holds_the_pipeline_run(built_repo: Path, tmp_pa
     assert (built_repo / "mlflow.db").is_file() and (built_repo / "mlartifacts").is_dir()
     assert not (built_repo / "mlruns").exists()
     client = MlflowClient(f"sqlite:///{built_repo / 'mlflow.db'}")
-    run_dir = run_dir_of(built_repo)
+    run_dir = latest_run_dir(built_repo)
     check_everything_readable(client, run_dir, tmp_path)
     runs = client.search_runs([client.get_experiment_by_name("solomon").experiment_id])
     assert len(runs) == 1
@@ -131,7 +127,7 @@ def test_sync_rebuilds_a_whole_run_in_an_empty_server(
     built_repo: Path, server: Server, tmp_path: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
-    run_dir = run_dir_of(built_repo)
+    run_dir = latest_run_dir(built_repo)
     first = sync_run(run_dir, built_repo, model_dir=built_repo / "models")
     assert sync_run(run_dir, built_repo, model_dir=built_repo / "models") == first  # the same run, nothing doubled
     check_everything_readable(MlflowClient(server.uri), run_dir, tmp_path)
@@ -198,7 +194,7 @@ def test_live_training_rides_out_a_server_that_is_down_comes_back_and_dies(
     assert "replay with `solomon track sync" in done.stderr
 
     server.start()  # same port, same backend store
-    run_dir = run_dir_of(repo_copy)
+    run_dir = latest_run_dir(repo_copy)
     sync = [str(Path(sys.executable).parent / "solomon"), "track", "sync", run_dir.name]
     for _ in range(2):  # a second sync adds nothing
         done = subprocess.run(sync, cwd=repo_copy, env=pipeline_env() | env, capture_output=True, text=True)
@@ -222,7 +218,7 @@ def test_killed_and_resumed_training_is_one_mlflow_run(repo_copy: Path, server: 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resuming from" in done.stderr and "(step 20)" in done.stderr
     assert run_id_of(repo_copy) == run_id
-    check_everything_readable(MlflowClient(server.uri), run_dir_of(repo_copy), tmp_path)
+    check_everything_readable(MlflowClient(server.uri), latest_run_dir(repo_copy), tmp_path)
 
 
 def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:
@@ -283,7 +279,7 @@ def test_registry_versions_tags_and_a_moving_alias(built_repo: Path, server: Ser
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "registry-test")  # the shared server knows this run elsewhere
-    run_dir = run_dir_of(built_repo)
+    run_dir = latest_run_dir(built_repo)
     with pytest.raises(SolomonError, match="is not in"):
         register_version(run_dir.name, "solomon", {})
     sync_run(run_dir, built_repo)  # no model directory given: nothing to register yet

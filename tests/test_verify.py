@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import dvc
+from conftest import dvc, flip_last_byte, latest_run_dir
 
 from solomon.report import manifest
 from solomon.scratch import pipeline_env, write_params
@@ -23,16 +23,6 @@ def verify(repo: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProces
     )
 
 
-def latest_run(repo: Path) -> Path:
-    return repo / json.loads((repo / "reports/latest.json").read_text())["path"]
-
-
-def flip_last_byte(path: Path) -> None:
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0x01
-    path.write_bytes(bytes(data))
-
-
 def edit_a_digest_canonically(path: Path) -> None:
     """An edit a careful forger would make: a subject's digest changed, the file rewritten canonically."""
     statement = json.loads(path.read_text())
@@ -41,7 +31,7 @@ def edit_a_digest_canonically(path: Path) -> None:
 
 
 def test_untouched_run_verifies_and_each_kind_of_tampering_is_named(repo_copy: Path) -> None:
-    run_dir = latest_run(repo_copy)
+    run_dir = latest_run_dir(repo_copy)
     done = verify(repo_copy, run_dir)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"verified {len(json.loads((run_dir / 'manifest.json').read_text())['subject'])} artifacts" in done.stdout
@@ -80,7 +70,7 @@ def test_untouched_run_verifies_and_each_kind_of_tampering_is_named(repo_copy: P
 
 
 def test_a_subset_and_bad_input(repo_copy: Path) -> None:
-    run_dir = latest_run(repo_copy)
+    run_dir = latest_run_dir(repo_copy)
     flip_last_byte(repo_copy / "data/tokens/train.bin")
     done = verify(repo_copy, run_dir, "--artifact", "models/model.safetensors", "--artifact", "data/tokenizer.json")
     assert done.returncode == 0 and "verified 2 artifacts" in done.stdout, done.stdout + done.stderr
@@ -91,11 +81,11 @@ def test_a_subset_and_bad_input(repo_copy: Path) -> None:
 
 
 def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(repo_copy: Path) -> None:
-    old_run = latest_run(repo_copy)
+    old_run = latest_run_dir(repo_copy)
     write_params(repo_copy, {"lr": {"warmup": 10}})
     shutil.rmtree(repo_copy / "checkpoints")
     dvc(repo_copy, "repro")
-    assert latest_run(repo_copy) != old_run
+    assert latest_run_dir(repo_copy) != old_run
     done = verify(repo_copy, old_run)
     assert done.returncode == 0, done.stdout + done.stderr
     # Without the cached object, the old weights are gone: verify says where it looked.
@@ -114,7 +104,7 @@ def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(r
 
 
 def test_generate_samples_repeatably_and_refuses_weights_that_do_not_verify(repo_copy: Path) -> None:
-    run_dir = latest_run(repo_copy)
+    run_dir = latest_run_dir(repo_copy)
     command = [SOLOMON, "generate", "--run", str(run_dir), "--prompt", "In the beginning", "--seed", "7"]
     first, second = (
         subprocess.run(command, cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True) for _ in range(2)
@@ -146,7 +136,7 @@ def test_a_signed_run_catches_the_forgery_an_unsigned_one_cannot(repo_copy: Path
         )
         return private, public
 
-    run_dir = latest_run(repo_copy)
+    run_dir = latest_run_dir(repo_copy)
     private, public = key_pair("signer")
     _, stranger = key_pair("stranger")
     done = verify(repo_copy, run_dir, "--public-key", str(public))
