@@ -10,6 +10,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from solomon.linear_cross_entropy import linear_cross_entropy
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -31,7 +33,6 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -39,7 +40,9 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(channels, dim=2)
         # (B, T, C) -> (B, heads, T, head_dim)
         q, k, v = (t.view(batch, time, self.n_head, channels // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        # No dropout on the attention probabilities: on CPU a mask there forces SDPA off its fused kernel and made
+        # bf16 training 36 % slower (measured, 6L/384); embedding and residual dropout regularise instead.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(batch, time, channels)
         return self.resid_dropout(self.proj(y))
 
@@ -98,8 +101,11 @@ class GPT(nn.Module):
         total = sum(p.numel() for p in self.parameters())
         return total - self.wpe.weight.numel() if non_embedding else total
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """Logits (B, T, vocab) for token ids ``idx`` (B, T)."""
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, label_smoothing: float = 0.0
+    ) -> torch.Tensor:
+        """Logits (B, T, vocab) for token ids ``idx`` (B, T); with ``targets`` (B, T), their summed
+        cross-entropy instead (fp32 scalar), without ever holding the whole batch's logits."""
         time = idx.size(1)
         if time > self.config.block_size:
             raise ValueError(f"sequence of {time} tokens exceeds block_size {self.config.block_size}")
@@ -107,23 +113,16 @@ class GPT(nn.Module):
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        x = self.ln_f(x)
+        if targets is None:
+            return self.lm_head(x)
+        hidden = x.reshape(-1, x.size(-1))
+        return linear_cross_entropy(hidden, self.lm_head.weight, targets.reshape(-1), label_smoothing)
 
     def configure_optimizer(self, lr: float, weight_decay: float, betas: tuple[float, float]) -> torch.optim.AdamW:
         """AdamW that decays weight matrices and embeddings, not biases or LayerNorm gains."""
         decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, foreach=False)
-
-
-def cross_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, label_smoothing: float = 0.0, reduction: str = "mean"
-) -> torch.Tensor:
-    """Token-level cross-entropy (in fp32 whatever the logits' dtype), optionally label-smoothed."""
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(),
-        targets.reshape(-1),
-        label_smoothing=label_smoothing,
-        reduction=reduction,
-    )
+        # fused: one elementwise kernel per tensor instead of a dozen passes (deterministic, as every CPU kernel here)
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=True)

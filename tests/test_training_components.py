@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from solomon.errors import SolomonError
-from solomon.model import GPT, GPTConfig, cross_entropy
+from solomon.linear_cross_entropy import CHUNK_TOKENS, linear_cross_entropy
+from solomon.model import GPT, GPTConfig
 from solomon.params import EarlyStoppingParams
 from solomon.train.checkpoint import CheckpointManager
 from solomon.train.data_order import DataOrder
@@ -23,17 +25,33 @@ torch.set_num_threads(1)
 
 
 def test_label_smoothed_loss_matches_hand_computation() -> None:
-    logits = torch.tensor([[[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]]])
-    targets = torch.tensor([[0, 1]])
+    logits = torch.tensor([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]])
+    targets = torch.tensor([0, 1])
     eps = 0.1
     expected = 0.0
-    for row, target in zip(logits[0], targets[0], strict=True):
+    for row, target in zip(logits, targets, strict=True):
         log_p = row - torch.logsumexp(row, dim=0)
         expected += (1 - eps) * -log_p[target] + eps * -log_p.mean()
-    assert cross_entropy(logits, targets, label_smoothing=eps).item() == pytest.approx(float(expected) / 2, rel=1e-6)
-    assert cross_entropy(logits, targets, label_smoothing=eps, reduction="sum").item() == pytest.approx(
-        float(expected), rel=1e-6
-    )
+    # hidden = I, weight = logitsᵀ (vocab 3 × width 2): hidden @ weightᵀ is exactly ``logits``
+    loss = linear_cross_entropy(torch.eye(2), logits.t().contiguous(), targets, eps)
+    assert loss.item() == pytest.approx(float(expected), rel=1e-6)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_chunked_output_loss_equals_plain_autograd(eps: float) -> None:
+    """Loss and both gradients match matmul + F.cross_entropy, over several chunks and a ragged last one."""
+    generator = torch.Generator().manual_seed(0)
+    n_tokens = 2 * CHUNK_TOKENS + 37
+    hidden = torch.randn(n_tokens, 16, generator=generator, requires_grad=True)
+    weight = torch.randn(50, 16, generator=generator, requires_grad=True)
+    targets = torch.randint(0, 50, (n_tokens,), generator=generator)
+    plain = F.cross_entropy(hidden @ weight.t(), targets, label_smoothing=eps, reduction="sum")
+    plain_grads = torch.autograd.grad(plain * 0.5, (hidden, weight))
+    fused = linear_cross_entropy(hidden, weight, targets, eps)
+    fused_grads = torch.autograd.grad(fused * 0.5, (hidden, weight))
+    assert fused.item() == pytest.approx(plain.item(), rel=1e-5)
+    for got, want in zip(fused_grads, plain_grads, strict=True):
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
 def _grads(model: GPT) -> torch.Tensor:

@@ -18,6 +18,7 @@ from solomon.params import Params, flatten
 RESUMABLE_PARAMS = frozenset({"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints"})
 CODE_FILES = (
     "model.py",
+    "linear_cross_entropy.py",
     "runtime.py",
     "train/loop.py",
     "train/data_order.py",

@@ -26,7 +26,7 @@ from solomon import weights
 from solomon.atomic import staged_dir, write_json
 from solomon.errors import SolomonError
 from solomon.evaluate import evaluate_tokens
-from solomon.model import GPT, GPTConfig, cross_entropy
+from solomon.model import GPT, GPTConfig
 from solomon.params import Params
 from solomon.runtime import configure_torch
 from solomon.tokenizer import load_tokenizer, open_tokens, read_meta, token_byte_lengths
@@ -121,8 +121,7 @@ def accumulate_gradients(
     total = 0.0
     for inputs, targets in micro_batches:
         with autocast():
-            logits = model(inputs)
-        loss = cross_entropy(logits, targets, label_smoothing, reduction="sum") / n_targets
+            loss = model(inputs, targets, label_smoothing) / n_targets
         loss.backward()
         total += loss.item()
     return total
