@@ -130,7 +130,7 @@ def accumulate_gradients(
 def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Tracker | None = None) -> dict:
     cfg = params.train
     tracker = tracker or NoTracking()
-    configure_torch(cfg.threads)
+    configure_torch(cfg.threads, compiled=cfg.compile)
     tokens = open_tokens(paths.tokens_dir, "train")
     val_tokens = open_tokens(paths.tokens_dir, "val")
     tokenizer = load_tokenizer(paths.tokenizer)
