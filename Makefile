@@ -46,8 +46,10 @@ image: setup
 bench: setup
 	$(BIN)/solomon bench
 
+# SMOKE_RUN_DIR=<dir>: keep the smoke run's report directory there (CI's job artifact).
+SMOKE_RUN_DIR ?=
 smoke: setup
-	$(BIN)/solomon smoke
+	$(BIN)/solomon smoke $(if $(SMOKE_RUN_DIR),--keep-run $(SMOKE_RUN_DIR))
 
 # Debian's chromium for the report's browser test; installed only where we are root with apt (CI), else skipped.
 browser:

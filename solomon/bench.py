@@ -7,9 +7,8 @@
    variant's precision.
 3. A real train stage (``stages/train.py``, tracking, evaluation with samples and checkpoints on at their
    configured intervals) on the workspace's token files for ``stage_steps`` steps: wall time and the share of
-   each overhead, from the seconds the loop records in ``train_metrics.json``; then the same command again on the
-   finished checkpoint (the cost of a resume), and ``dvc repro`` with nothing changed when the workspace is up
-   to date.
+   each overhead, from the seconds the loop records in ``train_metrics.json``; then that run resumed, timed
+   until it trains again, and ``dvc repro`` with nothing changed when the workspace is up to date.
 A benchmark, not a test: nothing here asserts a time.
 """
 
@@ -28,14 +27,21 @@ from pathlib import Path
 import torch
 import yaml
 
+from solomon.errors import SolomonError
 from solomon.model import GPT, GPTConfig
 from solomon.params import Params
 from solomon.runtime import configure_torch
 from solomon.scratch import merge
 from solomon.train.data_order import DataOrder
 from solomon.train.loop import accumulate_gradients
+from solomon.train.run_log import read_steps
 
-VARIANTS = {"eager fp32": ("fp32", False), "eager bf16": ("bf16", False), "compiled fp32": ("fp32", True)}
+VARIANTS = {
+    "eager fp32": ("fp32", False),
+    "eager bf16": ("bf16", False),
+    "compiled fp32": ("fp32", True),
+    "compiled bf16": ("bf16", True),
+}
 
 
 def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
@@ -47,6 +53,33 @@ def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> fl
     for _ in range(repeats):
         a @ b
     return 2 * n**3 * repeats / (time.perf_counter() - started) / 1e9
+
+
+def model_matmul_shapes(config: GPTConfig, tokens: int) -> list[tuple[int, int, int]]:
+    """(M, K, N) of every weight matmul of one training step: each layer's forward, and its backward's two."""
+    d = config.n_embd
+    per_layer = [(d, 3 * d), (d, d), (d, 4 * d), (4 * d, d)]  # qkv, attention out, MLP up, MLP down
+    forward = [(tokens, k, n) for k, n in per_layer] * config.n_layer + [(tokens, d, config.vocab_size)]
+    # backward: grad_input (M × N → K) and grad_weight (K × M → N), the same FLOPs as the forward each
+    return forward + [(m, n, k) for m, k, n in forward] + [(k, m, n) for m, k, n in forward]
+
+
+def matmul_ceiling_gflops(config: GPTConfig, tokens: int, dtype: torch.dtype, repeats: int = 5) -> float:
+    """GFLOP/s of the step's weight matmuls alone, at their own shapes: what MFU could reach if everything else
+    (attention, norms, activations, loss, optimiser) took no time."""
+    generator = torch.Generator().manual_seed(0)
+    operands = [
+        (torch.randn(m, k, generator=generator).to(dtype), torch.randn(k, n, generator=generator).to(dtype))
+        for m, k, n in model_matmul_shapes(config, tokens)
+    ]
+    for a, b in operands:
+        a @ b
+    started = time.perf_counter()
+    for _ in range(repeats):
+        for a, b in operands:
+            a @ b
+    flops = sum(2 * a.size(0) * a.size(1) * b.size(1) for a, b in operands) * repeats
+    return flops / (time.perf_counter() - started) / 1e9
 
 
 def flops_per_token(config: GPTConfig, n_params: int) -> int:
@@ -61,8 +94,14 @@ def peak_rss_mib() -> float:
 def training_throughput(
     params: Params, steps: int = 20, warmup: int = 3, vocab_size: int = 8192, compile_variant: bool = True
 ) -> dict:
-    configure_torch(params.train.threads)
+    configure_torch(params.train.threads, compiled=compile_variant)
     peaks = {"fp32": gemm_peak_gflops(torch.float32), "bf16": gemm_peak_gflops(torch.bfloat16)}
+    config = GPTConfig(vocab_size=vocab_size, **params.model.model_dump())
+    step_tokens = params.train.batch_size * params.model.block_size // params.train.accum_steps
+    ceilings = {
+        name: matmul_ceiling_gflops(config, step_tokens, dtype)
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
     tokens = torch.randint(0, vocab_size, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
     order = DataOrder(0, len(tokens), params.model.block_size, params.train.batch_size, params.train.accum_steps)
     tokens_per_step = params.train.batch_size * params.model.block_size
@@ -71,7 +110,6 @@ def training_throughput(
         if compiled and not compile_variant:
             continue
         torch.manual_seed(0)
-        config = GPTConfig(vocab_size=vocab_size, **params.model.model_dump())
         model = GPT(config)
         step_model = torch.compile(model) if compiled else model
         optimizer = model.configure_optimizer(1e-4, 0.1, (0.9, 0.95))
@@ -103,6 +141,9 @@ def training_throughput(
         result["ratio_to_eager_fp32"] = round(result["tokens_per_s"] / base, 3)
     return {
         "gemm_peak_gflops": {k: round(v, 1) for k, v in peaks.items()},
+        # the model's own matmul shapes: the MFU that a step of nothing but its matmuls would reach
+        "matmul_ceiling_gflops": {k: round(v, 1) for k, v in ceilings.items()},
+        "matmul_ceiling_mfu": {k: round(ceilings[k] / peaks[k], 3) for k in peaks},
         "model": params.model.model_dump() | {"batch_size": params.train.batch_size},
         "threads": params.train.threads,
         "steps": steps,
@@ -110,15 +151,43 @@ def training_throughput(
     }
 
 
+def _env() -> dict[str, str]:
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 def _run(command: list[str], cwd: Path) -> float:
     started = time.perf_counter()
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    subprocess.run(command, cwd=cwd, env=_env(), check=True, capture_output=True, text=True)
     return time.perf_counter() - started
 
 
+def resume_latency(command: list[str], work: Path, resume_step: int) -> float:
+    """Seconds from starting a train process on a mid-run checkpoint at ``resume_step`` until it trains again:
+    imports, checkpoint verify and load, fingerprint, model and tracker set-up. Measured to the end of the first
+    resumed step (the fault hook pauses the process there), minus that step's own time from its log row."""
+    release = work / "release"
+    env = dict(_env(), SOLOMON_PAUSE_AT=f"{resume_step + 1}:{release}")
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    paused = Path(f"{release}.paused")
+    while not paused.exists():
+        if process.poll() is not None:
+            raise SolomonError(
+                f"bench: the resumed train stage exited with {process.returncode}: {process.stderr.read()}"
+            )
+        time.sleep(0.01)
+    reached = time.perf_counter() - started
+    process.kill()
+    process.wait()
+    process.stderr.close()
+    row = read_steps(work / "train_log.tsv")[-1]
+    tokens_per_step = row["tokens"] / row["step"]
+    return reached - tokens_per_step / row["tokens_per_s"]
+
+
 def stage_overheads(repo: Path, stage_steps: int) -> dict:
-    """A real train stage on ``repo``'s token files, in a scratch directory, with params.yaml's intervals."""
+    """A real train stage on ``repo``'s token files, in a scratch directory, with params.yaml's intervals; then
+    the same run resumed (``max_steps`` raised, a resumable change) to time a resume."""
     base = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="solomon-bench-") as scratch:
         work = Path(scratch)
@@ -129,7 +198,8 @@ def stage_overheads(repo: Path, stage_steps: int) -> dict:
         ]  # fmt: skip
         process_s = _run(command, work)
         metrics = json.loads((work / "train_metrics.json").read_text(encoding="utf-8"))
-        resume_s = _run(command, work)  # on the finished checkpoint: start, load, verify, write outputs
+        (work / "params.yaml").write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps + 2}})))
+        resume_s = resume_latency(command, work, stage_steps)
     wall = metrics["wall_s"]
     seconds = metrics["seconds"]
     shares = {name: round(value / wall, 4) for name, value in seconds.items()}
@@ -143,7 +213,7 @@ def stage_overheads(repo: Path, stage_steps: int) -> dict:
         "seconds": seconds,
         "share_of_loop_wall": shares,
         "overhead_share": round(sum(shares.values()), 4),
-        "resume_on_finished_checkpoint_s": round(resume_s, 1),
+        "resume_s": round(resume_s, 2),
     }
     status = subprocess.run(
         [str(Path(sys.executable).parent / "dvc"), "status"], cwd=repo, capture_output=True, text=True

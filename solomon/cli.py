@@ -14,8 +14,22 @@ from solomon.errors import run_main
 def _smoke(args: argparse.Namespace) -> None:
     from solomon.smoke import smoke
 
-    result = smoke(Path(args.source).resolve(), keep=args.keep)
+    keep_run = Path(args.keep_run).resolve() if args.keep_run else None
+    result = smoke(Path(args.source).resolve(), keep=args.keep, keep_run=keep_run)
     print(json.dumps(result, indent=2))
+
+
+def _review(args: argparse.Namespace) -> None:
+    from solomon.review import NotesApi, post_or_update, render_note
+
+    pipeline = os.environ.get("CI_PIPELINE_URL")
+    footer = f"<sub>Pipeline {pipeline}; this note is edited in place on every push.</sub>" if pipeline else ""
+    body = render_note(Path(args.repo), args.base, args.head, footer)
+    if not args.post:
+        print(body, end="")
+        return
+    action, note_id = post_or_update(NotesApi.from_ci_environment(args.token_env), body)
+    print(f"review note {note_id} {action}")
 
 
 def _positive_int(text: str) -> int:
@@ -51,8 +65,15 @@ def _bench(args: argparse.Namespace) -> None:
         ]
         for name, v in result["throughput"]["variants"].items()
     ]
-    peaks = result["throughput"]["gemm_peak_gflops"]
+    throughput = result["throughput"]
+    peaks, ceilings, ceiling_mfu = (
+        throughput[k] for k in ("gemm_peak_gflops", "matmul_ceiling_gflops", "matmul_ceiling_mfu")
+    )
     print(f"GEMM peak here: fp32 {peaks['fp32']} GFLOP/s, bf16 {peaks['bf16']} GFLOP/s")
+    print(
+        f"the model's own matmuls alone: fp32 {ceilings['fp32']} GFLOP/s ({ceiling_mfu['fp32']:.1%} of peak), "
+        f"bf16 {ceilings['bf16']} GFLOP/s ({ceiling_mfu['bf16']:.1%} of peak): the MFU ceiling of this model here"
+    )
     print(tabulate(rows, ["variant", "tokens/s", "× eager fp32", "GFLOP/s", "MFU", "warm-up s"], tablefmt="github"))
     print(f"peak RSS: {peak_rss_mib():.1f} MiB")
     root = Path(".")
@@ -65,7 +86,7 @@ def _bench(args: argparse.Namespace) -> None:
         )
         print(tabulate(rows, ["overhead", "seconds", "share of loop wall"], tablefmt="github"))
         print(
-            f"resume on a finished checkpoint: {stage['resume_on_finished_checkpoint_s']} s; "
+            f"resume (start to training again): {stage['resume_s']} s; "
             f"dvc repro with nothing changed: {stage['noop_dvc_repro_s']} s"
         )
     else:
@@ -205,7 +226,19 @@ def build_parser() -> argparse.ArgumentParser:
     smoke = commands.add_parser("smoke", help="run the whole pipeline on a tiny config in a scratch copy")
     smoke.add_argument("--source", default=".", help="repository to copy (default: the current directory)")
     smoke.add_argument("--keep", action="store_true", help="keep the scratch copy and print its path")
+    smoke.add_argument("--keep-run", help="copy the smoke run's report directory here (replacing what is there)")
     smoke.set_defaults(func=_smoke)
+    review = commands.add_parser(
+        "review", help="the merge-request note: dvc metrics and params diff of two revisions (--post: to GitLab)"
+    )
+    review.add_argument("--base", required=True, help="the target branch's revision, e.g. origin/main")
+    review.add_argument("--head", default="HEAD", help="the revision under review (default: HEAD)")
+    review.add_argument("--repo", default=".", help="the git + DVC repository (default: here)")
+    review.add_argument(
+        "--post", action="store_true", help="create, or edit in place, the MR note (GitLab CI variables + token)"
+    )
+    review.add_argument("--token-env", default="SOLOMON_REVIEW_TOKEN", help="variable holding the API token")
+    review.set_defaults(func=_review)
     bench = commands.add_parser("bench", help="tokens/s, GFLOP/s and MFU per variant; a real train stage's overheads")
     bench.add_argument("--params", default="params.yaml")
     bench.add_argument(
@@ -213,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--stage-steps", type=int, default=200, help="steps of the timed real train stage (0: skip it)")
     bench.add_argument("--out", default="reports/bench", help="where the JSON record goes")
-    bench.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variant")
+    bench.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variants")
     bench.set_defaults(func=_bench)
     check = commands.add_parser(
         "verify", help="recompute every SHA256 in a run's manifest: exit 0 only when all match, else one line each"

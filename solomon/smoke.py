@@ -9,11 +9,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from solomon.atomic import staged_dir
 from solomon.errors import SolomonError
 from solomon.scratch import TINY_OVERRIDES, make_scratch_repo, run
 
 
-def smoke(source: Path, keep: bool = False) -> dict:
+def smoke(source: Path, keep: bool = False, keep_run: Path | None = None) -> dict:
+    """``keep_run``: copy the smoke run's report directory there (CI keeps it as a job artifact)."""
     scratch = Path(tempfile.mkdtemp(prefix="solomon-smoke-"))
     started = time.perf_counter()
     try:
@@ -24,6 +26,9 @@ def smoke(source: Path, keep: bool = False) -> dict:
             raise SolomonError("smoke: dvc repro failed:\n" + "\n".join(tail))
         latest = json.loads((repo / "reports/latest.json").read_text(encoding="utf-8"))
         metrics = json.loads((repo / "metrics.json").read_text(encoding="utf-8"))
+        if keep_run is not None:
+            with staged_dir(keep_run) as tmp:
+                shutil.copytree(repo / "reports/training" / latest["run_id"], tmp, dirs_exist_ok=True)
         return {
             "seconds": round(time.perf_counter() - started, 1),
             "run": latest["run_id"],

@@ -98,6 +98,9 @@ def reference(built_repo: Path, tmp_path_factory) -> dict:
     cwd = workdir(built_repo, tmp_path_factory.mktemp("reference"))
     done = run_train(built_repo, cwd)
     assert done.returncode == 0, done.stderr
+    # What every resume test here covers: the default precision and dropout, RNG draws included.
+    params = yaml.safe_load((cwd / "params.yaml").read_text())
+    assert params["train"]["precision"] == "bf16" and params["model"]["dropout"] > 0
     return outcome(cwd)
 
 

@@ -165,12 +165,13 @@ def test_damaged_checkpoint_is_detected_and_the_previous_one_used(tmp_path: Path
     assert "step-00000040.pt is corrupt" in capsys.readouterr().err
 
 
-def test_bf16_autocast_trains_and_is_deterministic(tiny_run, tmp_path: Path) -> None:
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])  # the resume tests run the default, bf16
+def test_each_precision_trains_and_is_deterministic(tiny_run, tmp_path: Path, precision: str) -> None:
     results = []
     for name in ("a", "b"):
-        params, paths = tiny_run({"train": {"precision": "bf16", "max_steps": 10}}, tmp_path / name)
+        params, paths = tiny_run({"train": {"precision": precision, "max_steps": 10}}, tmp_path / name)
         metrics = train(params, paths)
-        assert metrics["precision"] == "bf16" and math.isfinite(metrics["final_loss"])
+        assert metrics["precision"] == precision and math.isfinite(metrics["final_loss"])
         results.append((paths.model_dir / "model.safetensors").read_bytes())
     assert results[0] == results[1]
 

@@ -1,0 +1,131 @@
+"""The GitLab pipeline: `.gitlab-ci.yml` against GitLab's own schema and yamllint, the jobs the issue asks for,
+the promote job's script end to end (real DVC remote, fresh clone, verify, promote into a real registry), and,
+where `gitlab-ci-local` is on PATH, the lint job run by its shell executor."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, dvc, flip_last_byte, latest_run_dir
+from mlflow.tracking import MlflowClient
+
+from solomon.scratch import pipeline_env, write_params
+
+BIN = Path(sys.executable).parent
+CI_FILE = ROOT / ".gitlab-ci.yml"
+
+
+def _jobs() -> dict:
+    config = yaml.safe_load(CI_FILE.read_text())
+    return {name: job for name, job in config.items() if isinstance(job, dict) and "script" in job}
+
+
+def test_the_pipeline_validates_against_gitlabs_schema_and_yamllint() -> None:
+    schema = subprocess.run(
+        [str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.gitlab-ci", str(CI_FILE)],
+        capture_output=True,
+        text=True,
+    )
+    assert schema.returncode == 0, schema.stdout + schema.stderr
+    lint = subprocess.run(
+        [str(BIN / "yamllint"), "--strict", ".gitlab-ci.yml", ".yamllint.yaml", "params.yaml", "dvc.yaml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert lint.returncode == 0, lint.stdout
+
+
+def test_the_jobs_run_the_projects_own_commands_in_order() -> None:
+    config = yaml.safe_load(CI_FILE.read_text())
+    assert config["stages"] == ["lint", "test", "smoke", "review", "promote"]
+    jobs = _jobs()
+    assert {name: job["stage"] for name, job in jobs.items()} == {
+        "lint": "lint",
+        "helm-lint": "lint",
+        "test": "test",
+        "smoke": "smoke",
+        "review": "review",
+        "promote": "promote",
+    }
+    assert jobs["test"]["script"] == [".ci/run"]  # exactly the README's test command, as .ci/run
+    lint = " ".join(jobs["lint"]["script"])
+    for tool in ("make lint", "hadolint Dockerfile", "yamllint --strict", "check-jsonschema"):
+        assert tool in lint
+    assert "helm lint --strict k8s/helm" in jobs["helm-lint"]["script"]
+    assert jobs["smoke"]["artifacts"]["paths"] == ["smoke-run/"] and "SMOKE_RUN_DIR=smoke-run" in jobs["smoke"]["script"][0]
+    cache = config["default"]["cache"]
+    assert cache["key"]["files"][0] == "requirements.lock" and set(cache["paths"]) == {".cache/pip", ".venv"}
+    assert jobs["review"]["variables"]["GIT_DEPTH"] == "0"
+    assert jobs["review"]["rules"] == [{"if": '$CI_PIPELINE_SOURCE == "merge_request_event"'}]
+    assert jobs["promote"]["rules"] == [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", "when": "manual"}]
+    assert jobs["promote"]["script"] == [".ci/promote"]
+
+
+@pytest.fixture
+def published(repo_copy: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A pipeline repository whose run is committed and whose DVC outputs are pushed to a local remote."""
+    shutil.copytree(ROOT / ".ci", repo_copy / ".ci")
+    write_params(repo_copy, {"promote": {"max": {"test.bits_per_byte": 8.0}}})  # the tiny model's bar
+    remote = tmp_path / "dvc-remote"
+    dvc(repo_copy, "remote", "add", "--local", "store", str(remote))
+    dvc(repo_copy, "push", "-q", "-r", "store")
+    subprocess.run(["git", "add", "-A"], cwd=repo_copy, check=True)
+    subprocess.run(["git", "commit", "-qm", "the run"], cwd=repo_copy, check=True)
+    return repo_copy, remote
+
+
+def _promote_job(origin: Path, remote: Path, clone: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+    variables = {"DVC_REMOTE_URL": str(remote), "MLFLOW_TRACKING_URI": f"sqlite:///{clone.parent / 'registry.db'}"}
+    return subprocess.run(
+        [str(clone / ".ci/promote")], cwd=clone, env=pipeline_env() | variables | (env or {}), capture_output=True, text=True
+    )
+
+
+def test_the_promote_job_pulls_verifies_and_promotes_from_a_fresh_clone(published, tmp_path: Path) -> None:
+    origin, remote = published
+    done = _promote_job(origin, remote, tmp_path / "job" / "clone")
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_id = latest_run_dir(origin).name
+    assert f"{run_id}: verified" in done.stdout and "version 1 is now champion" in done.stdout
+    record = json.loads((tmp_path / "job/clone/reports/training" / run_id / "promotion.json").read_text())
+    client = MlflowClient(f"sqlite:///{tmp_path / 'job/registry.db'}")
+    assert client.get_model_version_by_alias("solomon", "champion").tags["manifest.sha256"] == record["manifest_sha256"]
+
+
+def test_the_promote_job_refuses_weights_that_do_not_match_the_manifest(published, tmp_path: Path) -> None:
+    origin, remote = published
+    weights_md5 = yaml.safe_load((origin / "dvc.lock").read_text())["stages"]["train"]["outs"][0]["md5"]
+    manifest = json.loads((remote / "files/md5" / weights_md5[:2] / weights_md5[2:]).read_text())
+    [entry] = [e for e in manifest if e["relpath"] == "model.safetensors"]
+    flip_last_byte(remote / "files/md5" / entry["md5"][:2] / entry["md5"][2:])  # the remote's copy is corrupt
+    done = _promote_job(origin, remote, tmp_path / "job" / "clone")
+    assert done.returncode != 0
+    assert "models/model.safetensors" in done.stdout and "FAIL" in done.stdout
+    assert "promoted" not in done.stdout and not (tmp_path / "job/registry.db").exists()
+
+
+def test_the_promote_job_names_a_missing_variable(published, tmp_path: Path) -> None:
+    origin, remote = published
+    done = _promote_job(origin, remote, tmp_path / "clone", env={"MLFLOW_TRACKING_URI": ""})
+    assert done.returncode != 0 and "MLFLOW_TRACKING_URI: is not set" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("gitlab-ci-local") is None, reason="gitlab-ci-local is not on PATH")
+def test_gitlab_ci_local_runs_the_lint_job(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["gitlab-ci-local", "--force-shell-executor", "lint"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "lint finished" in done.stdout  # gitlab-ci-local's summary line for a job that passed
