@@ -59,7 +59,10 @@ def test_the_jobs_run_the_projects_own_commands_in_order() -> None:
     for tool in ("make lint", "hadolint Dockerfile", "yamllint --strict", "check-jsonschema"):
         assert tool in lint
     assert "helm lint --strict k8s/helm" in jobs["helm-lint"]["script"]
-    assert jobs["smoke"]["artifacts"]["paths"] == ["smoke-run/"] and "SMOKE_RUN_DIR=smoke-run" in jobs["smoke"]["script"][0]
+    assert (
+        jobs["smoke"]["artifacts"]["paths"] == ["smoke-run/"]
+        and "SMOKE_RUN_DIR=smoke-run" in jobs["smoke"]["script"][0]
+    )
     cache = config["default"]["cache"]
     assert cache["key"]["files"][0] == "requirements.lock" and set(cache["paths"]) == {".cache/pip", ".venv"}
     assert jobs["review"]["variables"]["GIT_DEPTH"] == "0"
@@ -85,7 +88,11 @@ def _promote_job(origin: Path, remote: Path, clone: Path, env: dict | None = Non
     subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
     variables = {"DVC_REMOTE_URL": str(remote), "MLFLOW_TRACKING_URI": f"sqlite:///{clone.parent / 'registry.db'}"}
     return subprocess.run(
-        [str(clone / ".ci/promote")], cwd=clone, env=pipeline_env() | variables | (env or {}), capture_output=True, text=True
+        [str(clone / ".ci/promote")],
+        cwd=clone,
+        env=pipeline_env() | variables | (env or {}),
+        capture_output=True,
+        text=True,
     )
 
 
