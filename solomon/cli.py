@@ -48,7 +48,7 @@ def _bench(args: argparse.Namespace) -> None:
     from tabulate import tabulate
 
     from solomon.atomic import write_json
-    from solomon.bench import peak_rss_mib, stage_overheads, training_throughput
+    from solomon.bench import stage_overheads, training_throughput
     from solomon.params import load_params
 
     params = load_params(args.params)
@@ -75,7 +75,8 @@ def _bench(args: argparse.Namespace) -> None:
         f"bf16 {ceilings['bf16']} GFLOP/s ({ceiling_mfu['bf16']:.1%} of peak): the MFU ceiling of this model here"
     )
     print(tabulate(rows, ["variant", "tokens/s", "× eager fp32", "GFLOP/s", "MFU", "warm-up s"], tablefmt="github"))
-    print(f"peak RSS: {peak_rss_mib():.1f} MiB")
+    rss = max(v["peak_rss_mib_so_far"] for v in result["throughput"]["variants"].values())
+    print(f"peak RSS while training: {rss:.1f} MiB")
     root = Path(".")
     if args.stage_steps and (root / "data/tokens/train.bin").is_file():
         stage = result["stage"] = stage_overheads(root.resolve(), args.stage_steps)

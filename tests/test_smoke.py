@@ -19,11 +19,18 @@ def test_smoke_runs_everything_and_touches_nothing(tmp_path: Path) -> None:
         subprocess.run(["cp", "-r", str(ROOT / name), str(workspace / name)], check=True)
     before = tree_digest(workspace)
     solomon = str(Path(sys.executable).parent / "solomon")
+    kept = tmp_path / "smoke-run"  # what CI keeps as the smoke job's artifact
     done = subprocess.run(
-        [solomon, "smoke", "--source", str(workspace)], capture_output=True, text=True, env=pipeline_env()
+        [solomon, "smoke", "--source", str(workspace), "--keep-run", str(kept)],
+        capture_output=True,
+        text=True,
+        env=pipeline_env(),
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["metrics"]["val"]["bits_per_byte"] > 0
     assert result["scratch"] is None
     assert tree_digest(workspace) == before
+    manifest = json.loads((kept / "manifest.json").read_text())
+    assert manifest["predicate"]["run_id"] == result["run"]
+    assert json.loads((kept / "metrics.json").read_text()) == result["metrics"]
