@@ -5,6 +5,7 @@ where `gitlab-ci-local` is on PATH, the lint job run by its shell executor."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -127,12 +128,15 @@ def test_the_promote_job_names_a_missing_variable(published, tmp_path: Path) -> 
 
 @pytest.mark.skipif(shutil.which("gitlab-ci-local") is None, reason="gitlab-ci-local is not on PATH")
 def test_gitlab_ci_local_runs_the_lint_job(tmp_path: Path) -> None:
+    """The shell executor runs the job in the checkout itself (its .venv); its state goes to tmp_path."""
+    state = os.path.relpath(tmp_path / "state", ROOT)
     done = subprocess.run(
-        ["gitlab-ci-local", "--force-shell-executor", "lint"],
+        ["gitlab-ci-local", "--force-shell-executor", "--state-dir", state, "--home", str(tmp_path), "lint"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "lint finished" in done.stdout  # gitlab-ci-local's summary line for a job that passed
+    assert "PASS  lint" in done.stdout and "check-jsonschema" in done.stdout
+    assert not (ROOT / ".gitlab-ci-local").exists()
