@@ -104,6 +104,7 @@ def training_throughput(
     order = DataOrder(0, len(tokens), params.model.block_size, params.train.batch_size, params.train.accum_steps)
     tokens_per_step = params.train.batch_size * params.model.block_size
     results = {}
+    profile: list[dict] = []  # stays empty when the default variant is not measured (compile with --skip-compile)
     for name, (precision, compiled) in VARIANTS.items():
         if compiled and not compile_variant:
             continue
@@ -115,15 +116,18 @@ def training_throughput(
         def autocast(precision: str = precision):
             return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
 
-        first_started = time.perf_counter()
-        for step in range(warmup + steps):
-            if step == warmup:
-                started = time.perf_counter()
+        def train_step(step: int, model=model, step_model=step_model, optimizer=optimizer, autocast=autocast) -> None:
             optimizer.zero_grad(set_to_none=True)
             batches = [order.batch(tokens, step, m) for m in range(order.accum_steps)]
             accumulate_gradients(step_model, batches, 0.0, autocast)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()  # as the loop does
             optimizer.step()
+
+        first_started = time.perf_counter()
+        for step in range(warmup + steps):
+            if step == warmup:
+                started = time.perf_counter()
+            train_step(step)
         elapsed = time.perf_counter() - started
         tokens_per_s = steps * tokens_per_step / elapsed
         gflops = tokens_per_s * flops_per_token(config, model.num_params(non_embedding=False)) / 1e9
@@ -135,6 +139,8 @@ def training_throughput(
             "warmup_s": round(started - first_started, 1),
             "peak_rss_mib_so_far": round(peak_rss_mib(), 1),
         }
+        if precision == params.train.precision and compiled == params.train.compile:
+            profile = step_profile(train_step, warmup + steps)  # the default path: where its step time goes
     # after the variants, so that their peak RSS is training's alone
     step_tokens = params.train.batch_size * params.model.block_size // params.train.accum_steps
     ceilings = {
@@ -153,7 +159,28 @@ def training_throughput(
         "threads": params.train.threads,
         "steps": steps,
         "variants": results,
+        "default_step_profile": profile,
     }
+
+
+def step_profile(train_step, first_step: int, steps: int = 2, top: int = 10) -> list[dict]:
+    """The ``top`` operators of ``steps`` training steps by self CPU time (torch.profiler), with their share."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        for step in range(first_step, first_step + steps):
+            train_step(step)
+    events = sorted(profiler.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)
+    return [
+        {
+            "op": e.key,
+            "share": round(e.self_cpu_time_total / total, 4),
+            "ms_per_step": round(e.self_cpu_time_total / steps / 1000, 1),
+            "calls_per_step": e.count // steps,
+        }
+        for e in events[:top]
+    ]
 
 
 def _env() -> dict[str, str]:

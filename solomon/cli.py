@@ -75,6 +75,12 @@ def _bench(args: argparse.Namespace) -> None:
         f"bf16 {ceilings['bf16']} GFLOP/s ({ceiling_mfu['bf16']:.1%} of peak): the MFU ceiling of this model here"
     )
     print(tabulate(rows, ["variant", "tokens/s", "× eager fp32", "GFLOP/s", "MFU", "warm-up s"], tablefmt="github"))
+    print("\nwhere the default path's step time goes (torch.profiler, self CPU time):")
+    ops = [
+        [p["op"][:60], f"{p['share']:.1%}", p["ms_per_step"], p["calls_per_step"]]
+        for p in throughput["default_step_profile"]
+    ]
+    print(tabulate(ops, ["operator", "share", "ms/step", "calls/step"], tablefmt="github"))
     rss = max(v["peak_rss_mib_so_far"] for v in result["throughput"]["variants"].values())
     print(f"peak RSS while training: {rss:.1f} MiB")
     root = Path(".")

@@ -36,6 +36,10 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     assert set(throughput["variants"]) == {"eager fp32", "eager bf16"}
     assert all(peak > 0 for peak in throughput["gemm_peak_gflops"].values())
     assert set(throughput["matmul_ceiling_mfu"]) == {"fp32", "bf16"}
+    profile = throughput["default_step_profile"]  # the default (eager bf16) step, operator by operator
+    assert 3 <= len(profile) <= 10 and all(0 < op["share"] <= 1 for op in profile)
+    assert any(op["op"] in ("aten::mm", "aten::bmm", "aten::addmm") for op in profile)
+    assert "where the default path's step time goes" in done.stdout
     assert all(0 < ceiling < 2 for ceiling in throughput["matmul_ceiling_mfu"].values())
     for variant in throughput["variants"].values():
         assert variant["tokens_per_s"] > 0 and 0 < variant["mfu"] < 2 and variant["gflops"] > 0
