@@ -201,3 +201,22 @@ def test_training_run_id_is_kept_by_saves_and_resumes_and_renewed_only_by_clear(
     assert CheckpointManager(tmp_path / "checkpoints", keep=1).run_id() == run_id  # a new process resuming
     manager.clear()
     assert manager.run_id() != run_id
+
+
+def test_chunked_output_loss_under_bf16_autocast_matches_the_bf16_matmul() -> None:
+    """Under CPU autocast the output matmuls run in bf16 (as nn.Linear would) and the softmax in fp32."""
+    generator = torch.Generator().manual_seed(1)
+    hidden = torch.randn(CHUNK_TOKENS + 5, 32, generator=generator, requires_grad=True)
+    weight = torch.randn(64, 32, generator=generator, requires_grad=True)
+    targets = torch.randint(0, 64, (CHUNK_TOKENS + 5,), generator=generator)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = linear_cross_entropy(hidden, weight, targets)
+    logits = (hidden.to(torch.bfloat16) @ weight.to(torch.bfloat16).t()).float()
+    plain = F.cross_entropy(logits, targets, reduction="sum")
+    assert fused.dtype == torch.float32
+    assert fused.item() == pytest.approx(plain.item(), rel=1e-6)  # an fp32 matmul would be 2e-4 off here
+    grad_hidden, grad_weight = torch.autograd.grad(fused, (hidden, weight))
+    assert grad_hidden.dtype == hidden.dtype and grad_weight.dtype == weight.dtype
+    want_hidden, want_weight = torch.autograd.grad(plain, (hidden, weight))
+    for got, want in ((grad_hidden, want_hidden), (grad_weight, want_weight)):
+        assert ((got - want).norm() / want.norm()).item() < 1e-2  # bf16 rounding of the logits' gradient
