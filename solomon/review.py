@@ -23,7 +23,7 @@ MARKER = "<!-- solomon-review -->"
 TOKEN_ENV = "SOLOMON_REVIEW_TOKEN"  # a masked CI/CD variable: project access token with the `api` scope
 
 
-def _first(stderr: str) -> str:
+def _last_line(stderr: str) -> str:
     lines = [line for line in stderr.strip().splitlines() if line.strip()]
     return lines[-1].strip() if lines else "no message"
 
@@ -31,7 +31,7 @@ def _first(stderr: str) -> str:
 def _git(repo: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SolomonError(f"git {' '.join(args)}: {_first(done.stderr)}")
+        raise SolomonError(f"git {' '.join(args)}: {_last_line(done.stderr)}")
     return done.stdout.strip()
 
 
@@ -46,7 +46,7 @@ def _dvc_diff(repo: Path, kind: str, base: str, head: str) -> str:
     )
     if done.returncode != 0:
         raise SolomonError(
-            f"dvc {kind} diff {base} {head} failed ({_first(done.stderr)}): both revisions must be "
+            f"dvc {kind} diff {base} {head} failed ({_last_line(done.stderr)}): both revisions must be "
             "in the clone (in CI: GIT_DEPTH 0 and `git fetch origin <target-branch>`)"
         )
     table = done.stdout.strip()
