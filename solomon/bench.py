@@ -1,10 +1,11 @@
 """``make bench``: how fast the default model trains here, and where a real train stage's time goes.
 
 1. A GEMM peak measured in this process (fp32 and bf16 square matmuls), the reference for MFU.
-2. The default model trained for a fixed number of steps after warm-up in eager fp32, eager bf16 autocast and
-   torch.compile fp32, one after another in this process: tokens/s, achieved GFLOP/s (6·N per token for the
-   weights plus 12·L·d·T for attention, as in the PaLM and nanoGPT estimates) and MFU against the peak of the
-   variant's precision.
+2. The default model trained for a fixed number of steps after warm-up in eager and compiled fp32 and bf16
+   autocast, one after another in this process: tokens/s, achieved GFLOP/s (6·N per token for the weights plus
+   12·L·d·T for attention, as in the PaLM and nanoGPT estimates) and MFU against the peak of the variant's
+   precision; the default variant's step by operator (torch.profiler); and the step's weight matmuls timed
+   alone at their own shapes, the MFU a step of nothing but matmuls would reach.
 3. A real train stage (``stages/train.py``, tracking, evaluation with samples and checkpoints on at their
    configured intervals) on the workspace's token files for ``stage_steps`` steps: wall time and the share of
    each overhead, from the seconds the loop records in ``train_metrics.json``; then that run resumed, timed
@@ -142,9 +143,9 @@ def training_throughput(
         if precision == params.train.precision and compiled == params.train.compile:
             profile = step_profile(train_step, warmup + steps)  # the default path: where its step time goes
     # after the variants, so that their peak RSS is training's alone
-    step_tokens = params.train.batch_size * params.model.block_size // params.train.accum_steps
+    micro_batch_tokens = tokens_per_step // params.train.accum_steps
     ceilings = {
-        name: matmul_ceiling_gflops(config, step_tokens, dtype)
+        name: matmul_ceiling_gflops(config, micro_batch_tokens, dtype)
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
     }
     base = results["eager fp32"]["tokens_per_s"]
@@ -199,19 +200,19 @@ def resume_latency(command: list[str], work: Path, resume_step: int) -> float:
     resumed step (the fault hook pauses the process there), minus that step's own time from its log row."""
     release = work / "release"
     env = dict(_env(), SOLOMON_PAUSE_AT=f"{resume_step + 1}:{release}")
-    started = time.perf_counter()
-    process = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    paused = Path(f"{release}.paused")
-    while not paused.exists():
-        if process.poll() is not None:
-            raise SolomonError(
-                f"bench: the resumed train stage exited with {process.returncode}: {process.stderr.read()}"
-            )
-        time.sleep(0.01)
-    reached = time.perf_counter() - started
-    process.kill()
-    process.wait()
-    process.stderr.close()
+    stderr_path = work / "resume.stderr"  # a file, not a pipe: a full pipe would block the process we wait for
+    with open(stderr_path, "w") as stderr:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+        paused = Path(f"{release}.paused")
+        while not paused.exists():
+            if process.poll() is not None:
+                last = (stderr_path.read_text().strip().splitlines() or ["no message"])[-1]
+                raise SolomonError(f"bench: the resumed train stage exited with {process.returncode}: {last}")
+            time.sleep(0.01)
+        reached = time.perf_counter() - started
+        process.kill()
+        process.wait()
     row = read_steps(work / "train_log.tsv")[-1]
     tokens_per_step = row["tokens"] / row["step"]
     return reached - tokens_per_step / row["tokens_per_s"]
@@ -247,11 +248,10 @@ def stage_overheads(repo: Path, stage_steps: int) -> dict:
         "overhead_share": round(sum(shares.values()), 4),
         "resume_s": round(resume_s, 2),
     }
-    status = subprocess.run(
-        [str(Path(sys.executable).parent / "dvc"), "status"], cwd=repo, capture_output=True, text=True
-    )
+    dvc = str(Path(sys.executable).parent / "dvc")
+    status = subprocess.run([dvc, "status"], cwd=repo, capture_output=True, text=True)
     if status.returncode == 0 and "up to date" in status.stdout:
-        result["noop_dvc_repro_s"] = round(_run([str(Path(sys.executable).parent / "dvc"), "repro"], repo), 2)
+        result["noop_dvc_repro_s"] = round(_run([dvc, "repro"], repo), 2)
     else:
         result["noop_dvc_repro_s"] = None  # the workspace has stages to run: not a no-op to time
     return result

@@ -53,7 +53,9 @@ def _bench(args: argparse.Namespace) -> None:
 
     params = load_params(args.params)
     result = {"measured_utc": datetime.now(UTC).isoformat(timespec="seconds")}
-    result["throughput"] = training_throughput(params, steps=args.steps, compile_variant=not args.skip_compile)
+    throughput = result["throughput"] = training_throughput(
+        params, steps=args.steps, compile_variant=not args.skip_compile
+    )
     rows = [
         [
             name,
@@ -63,9 +65,8 @@ def _bench(args: argparse.Namespace) -> None:
             f"{v['mfu']:.1%} of {v['mfu_of']}",
             v["warmup_s"],
         ]
-        for name, v in result["throughput"]["variants"].items()
+        for name, v in throughput["variants"].items()
     ]
-    throughput = result["throughput"]
     peaks, ceilings, ceiling_mfu = (
         throughput[k] for k in ("gemm_peak_gflops", "matmul_ceiling_gflops", "matmul_ceiling_mfu")
     )
@@ -81,7 +82,7 @@ def _bench(args: argparse.Namespace) -> None:
         for p in throughput["default_step_profile"]
     ]
     print(tabulate(ops, ["operator", "share", "ms/step", "calls/step"], tablefmt="github"))
-    rss = max(v["peak_rss_mib_so_far"] for v in result["throughput"]["variants"].values())
+    rss = max(v["peak_rss_mib_so_far"] for v in throughput["variants"].values())
     print(f"peak RSS while training: {rss:.1f} MiB")
     root = Path(".")
     if args.stage_steps and (root / "data/tokens/train.bin").is_file():

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from solomon.errors import SolomonError, first_line
+from solomon.scratch import run
 
 MARKER = "<!-- solomon-review -->"
 TOKEN_ENV = "SOLOMON_REVIEW_TOKEN"  # a masked CI/CD variable: project access token with the `api` scope
@@ -36,14 +36,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _dvc_diff(repo: Path, kind: str, base: str, head: str) -> str:
-    dvc = Path(sys.executable).parent / "dvc"
-    done = subprocess.run(
-        [str(dvc) if dvc.exists() else "dvc", kind, "diff", base, head, "--md"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, DVC_NO_ANALYTICS="1"),
-    )
+    done = run(["dvc", kind, "diff", base, head, "--md"], repo, check=False)  # this interpreter's dvc
     if done.returncode != 0:
         raise SolomonError(
             f"dvc {kind} diff {base} {head} failed ({_last_line(done.stderr)}): both revisions must be "
