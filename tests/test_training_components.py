@@ -201,3 +201,21 @@ def test_training_run_id_is_kept_by_saves_and_resumes_and_renewed_only_by_clear(
     assert CheckpointManager(tmp_path / "checkpoints", keep=1).run_id() == run_id  # a new process resuming
     manager.clear()
     assert manager.run_id() != run_id
+
+
+def test_dropout_keeps_1_minus_p_scaled_and_is_seeded() -> None:
+    from solomon.model import Dropout
+
+    drop = Dropout(0.2)
+    x = torch.ones(1_000_003, requires_grad=True)
+    torch.manual_seed(5)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.8) < 0.002  # 1,000,003 draws: 0.002 is about 5 standard deviations
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 65536 / (65536 - 13107)))
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # the gradient goes through the kept elements, scaled alike
+    torch.manual_seed(5)
+    assert torch.equal(drop(x), y)  # the same generator state gives the same mask
+    drop.eval()
+    assert drop(x) is x
