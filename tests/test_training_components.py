@@ -220,3 +220,21 @@ def test_chunked_output_loss_under_bf16_autocast_matches_the_bf16_matmul() -> No
     want_hidden, want_weight = torch.autograd.grad(plain, (hidden, weight))
     for got, want in ((grad_hidden, want_hidden), (grad_weight, want_weight)):
         assert ((got - want).norm() / want.norm()).item() < 1e-2  # bf16 rounding of the logits' gradient
+
+
+def test_dropout_keeps_1_minus_p_scaled_and_is_seeded() -> None:
+    from solomon.model import Dropout
+
+    drop = Dropout(0.2)
+    x = torch.ones(1_000_003, requires_grad=True)
+    torch.manual_seed(5)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.8) < 0.002  # 1,000,003 draws: 0.002 is about 5 standard deviations
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 65536 / (65536 - 13107)))
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach())  # the gradient goes through the kept elements, scaled alike
+    torch.manual_seed(5)
+    assert torch.equal(drop(x), y)  # the same generator state gives the same mask
+    drop.eval()
+    assert drop(x) is x
