@@ -4,8 +4,9 @@
 2. The default model trained for a fixed number of steps after warm-up in eager and compiled fp32 and bf16
    autocast, one after another in this process: tokens/s, achieved GFLOP/s (6·N per token for the weights plus
    12·L·d·T for attention, as in the PaLM and nanoGPT estimates) and MFU against the peak of the variant's
-   precision; the default variant's step by operator (torch.profiler); and the step's weight matmuls timed
-   alone at their own shapes, the MFU a step of nothing but matmuls would reach.
+   precision; the default variant's step by operator (torch.profiler); the step's weight matmuls timed
+   alone at their own shapes, the MFU a step of nothing but matmuls would reach; and the same matmuls' rate
+   inside the profiled step (their FLOPs over the profiler's matmul kernel time).
 3. A real train stage (``stages/train.py``, tracking, evaluation with samples and checkpoints on at their
    configured intervals) on the workspace's token files for ``stage_steps`` steps: wall time and the share of
    each overhead, from the seconds the loop records in ``train_metrics.json``; then that run resumed, timed
@@ -106,6 +107,7 @@ def training_throughput(
     tokens_per_step = params.train.batch_size * params.model.block_size
     results = {}
     profile: list[dict] = []  # stays empty when the default variant is not measured (compile with --skip-compile)
+    matmul_ms_per_step = None
     for name, (precision, compiled) in VARIANTS.items():
         if compiled and not compile_variant:
             continue
@@ -141,13 +143,20 @@ def training_throughput(
             "peak_rss_mib_so_far": round(peak_rss_mib(), 1),
         }
         if precision == params.train.precision and compiled == params.train.compile:
-            profile = step_profile(train_step, warmup + steps)  # the default path: where its step time goes
+            # the default path: where its step time goes, and how fast its matmuls run inside a real step
+            profile, matmul_ms_per_step = step_profile(train_step, warmup + steps)
     # after the variants, so that their peak RSS is training's alone
     micro_batch_tokens = tokens_per_step // params.train.accum_steps
     ceilings = {
         name: matmul_ceiling_gflops(config, micro_batch_tokens, dtype)
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
     }
+    in_step = None
+    if matmul_ms_per_step:
+        matmul_flops = sum(2 * m * k * n for m, k, n in model_matmul_shapes(config, micro_batch_tokens))
+        gflops = matmul_flops * params.train.accum_steps / (matmul_ms_per_step / 1000) / 1e9
+        peak = peaks[params.train.precision]
+        in_step = {"gflops": round(gflops, 1), "of_peak": round(gflops / peak, 3), "ms_per_step": matmul_ms_per_step}
     base = results["eager fp32"]["tokens_per_s"]
     for result in results.values():
         result["ratio_to_eager_fp32"] = round(result["tokens_per_s"] / base, 3)
@@ -156,6 +165,8 @@ def training_throughput(
         # the model's own matmul shapes: the MFU that a step of nothing but its matmuls would reach
         "matmul_ceiling_gflops": {k: round(v, 1) for k, v in ceilings.items()},
         "matmul_ceiling_mfu": {k: round(ceilings[k] / peaks[k], 3) for k in peaks},
+        # the same matmuls as they run inside the default step (profiled: transposed operands, cold caches)
+        "in_step_matmul": in_step,
         "model": params.model.model_dump() | {"batch_size": params.train.batch_size},
         "threads": params.train.threads,
         "steps": steps,
@@ -164,8 +175,12 @@ def training_throughput(
     }
 
 
-def step_profile(train_step, first_step: int, steps: int = 2, top: int = 10) -> list[dict]:
-    """The ``top`` operators of ``steps`` training steps by self CPU time (torch.profiler), with their share."""
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
+
+
+def step_profile(train_step, first_step: int, steps: int = 2, top: int = 10) -> tuple[list[dict], float]:
+    """The ``top`` operators of ``steps`` training steps by self CPU time (torch.profiler), with their share; and
+    the milliseconds per step spent in matmul kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
@@ -173,7 +188,8 @@ def step_profile(train_step, first_step: int, steps: int = 2, top: int = 10) -> 
             train_step(step)
     events = sorted(profiler.key_averages(), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in events)
-    return [
+    matmul_ms = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / steps / 1000
+    top_ops = [
         {
             "op": e.key,
             "share": round(e.self_cpu_time_total / total, 4),
@@ -182,6 +198,7 @@ def step_profile(train_step, first_step: int, steps: int = 2, top: int = 10) -> 
         }
         for e in events[:top]
     ]
+    return top_ops, round(matmul_ms, 1)
 
 
 def _env() -> dict[str, str]:

@@ -75,6 +75,12 @@ def _bench(args: argparse.Namespace) -> None:
         f"the model's own matmuls alone: fp32 {ceilings['fp32']} GFLOP/s ({ceiling_mfu['fp32']:.1%} of peak), "
         f"bf16 {ceilings['bf16']} GFLOP/s ({ceiling_mfu['bf16']:.1%} of peak): the MFU ceiling of this model here"
     )
+    in_step = throughput["in_step_matmul"]
+    if in_step:
+        print(
+            f"the same matmuls inside the default step (profiled): {in_step['gflops']} GFLOP/s "
+            f"({in_step['of_peak']:.1%} of peak), {in_step['ms_per_step']} ms per step"
+        )
     print(tabulate(rows, ["variant", "tokens/s", "× eager fp32", "GFLOP/s", "MFU", "warm-up s"], tablefmt="github"))
     print("\nwhere the default path's step time goes (torch.profiler, self CPU time):")
     ops = [

@@ -40,6 +40,8 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     assert 3 <= len(profile) <= 10 and all(0 < op["share"] <= 1 for op in profile)
     assert any(op["op"] in ("aten::mm", "aten::bmm", "aten::addmm") for op in profile)
     assert "where the default path's step time goes" in done.stdout
+    in_step = throughput["in_step_matmul"]  # the step's matmul kernels, timed by the profiler inside a real step
+    assert in_step["ms_per_step"] > 0 and 0 < in_step["of_peak"] < 2 and "the same matmuls inside" in done.stdout
     assert all(0 < ceiling < 2 for ceiling in throughput["matmul_ceiling_mfu"].values())
     for variant in throughput["variants"].values():
         assert variant["tokens_per_s"] > 0 and 0 < variant["mfu"] < 2 and variant["gflops"] > 0
