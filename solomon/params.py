@@ -111,12 +111,15 @@ class TrainParams(_Section):
     keep_checkpoints: PositiveInt = 3
     compile: bool = False
     precision: Literal["fp32", "bf16"] = "fp32"
-    threads: PositiveInt = 2
+    threads: PositiveInt = 2  # per process
+    nproc: PositiveInt = 1  # data-parallel processes (torchrun on this machine); each takes its slice of a batch
 
     @model_validator(mode="after")
     def _accum_divides_batch(self) -> TrainParams:
-        if self.batch_size % self.accum_steps:
-            raise ValueError(f"accum_steps ({self.accum_steps}) must divide batch_size ({self.batch_size})")
+        if self.batch_size % (self.accum_steps * self.nproc):
+            raise ValueError(
+                f"accum_steps × nproc ({self.accum_steps} × {self.nproc}) must divide batch_size ({self.batch_size})"
+            )
         return self
 
 

@@ -3,14 +3,34 @@
 Writes the best evaluated model to models/, the per-step log, the evaluation/sample log and train metrics, and
 streams the run to MLflow as it goes when tracking.enabled (never a reason to stop).
 Exit status 128 + N after signal N (SIGTERM: 143, SIGINT: 130), once a checkpoint is written.
+With train.nproc > 1 it starts itself again under ``torchrun --standalone`` as that many ranks.
 """
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
 from solomon.errors import run_main
 from solomon.params import load_params
+from solomon.train.distributed import ProcessGroup
 from solomon.train.loop import TrainPaths, train
+
+
+def relaunch_under_torchrun(nproc: int) -> None:
+    """Replace this process with torchrun running this script as ``nproc`` local ranks. torchrun forwards
+    SIGTERM/SIGINT to every rank, and stops them all, non-zero, when one dies."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "--monitor-interval=1",
+        os.path.abspath(__file__),
+        *sys.argv[1:],
+    ]
+    os.execv(sys.executable, command)
 
 
 def main() -> None:
@@ -21,13 +41,20 @@ def main() -> None:
     args = parser.parse_args()
     paths = TrainPaths(**{k: v for k, v in vars(args).items() if k != "fresh"})
     params = load_params()
+    if params.train.nproc > 1 and "LOCAL_RANK" not in os.environ:
+        relaunch_under_torchrun(params.train.nproc)
+    group = ProcessGroup.from_environment(params.train.nproc)
     tracker = None
-    if params.tracking.enabled:
+    if params.tracking.enabled and group.is_main:
         from solomon.tracking import LiveTracker  # imports mlflow: only when tracking
 
         tracker = LiveTracker(params)
-    metrics = train(params, paths, fresh=args.fresh, tracker=tracker)
-    print(f"train: {metrics}")
+    try:
+        metrics = train(params, paths, fresh=args.fresh, tracker=tracker, group=group)
+    finally:
+        group.close()
+    if group.is_main:
+        print(f"train: {metrics}")
 
 
 if __name__ == "__main__":

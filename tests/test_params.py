@@ -34,7 +34,7 @@ def test_repository_params_are_valid() -> None:
         ({"train": {"max_steps": 0}}, "'train.max_steps'"),
         ({"corpus": {"split": {"val": 0.4, "test": 0.2}}}, "val + test must be below 0.5"),
         ({"tokenizer": {"vocab_size": 100}}, "'tokenizer.vocab_size'"),
-        ({"train": {"batch_size": 16, "accum_steps": 3}}, "accum_steps (3) must divide batch_size (16)"),
+        ({"train": {"batch_size": 16, "accum_steps": 3}}, "accum_steps × nproc (3 × 1) must divide batch_size (16)"),
         ({"train": {"precision": "fp16"}}, "'train.precision'"),
         ({"train": {"early_stopping": {"patience": 0}}}, "'train.early_stopping.patience'"),
     ],

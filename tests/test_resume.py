@@ -51,8 +51,9 @@ def run_train(
     crash_at: str | None = None,
     tokens_dir: Path | None = None,
     extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    env = pipeline_env()
+    env = dict(env or pipeline_env())
     env.pop("SOLOMON_CRASH_AT", None)
     if crash_at:
         env["SOLOMON_CRASH_AT"] = crash_at

@@ -33,6 +33,7 @@ from solomon.tokenizer import load_tokenizer, open_tokens, read_meta, token_byte
 from solomon.train import faults
 from solomon.train.checkpoint import CheckpointManager
 from solomon.train.data_order import DataOrder
+from solomon.train.distributed import ProcessGroup
 from solomon.train.early_stopping import EarlyStopping
 from solomon.train.fingerprint import fingerprint, first_difference
 from solomon.train.rng import stream_seed
@@ -101,6 +102,12 @@ def build_model(params: Params, vocab_size: int) -> GPT:
     return GPT(config)
 
 
+def dropout_seed(seed: int, step: int, micro_batch: int) -> int:
+    """Dropout's stream for one micro-batch of the global batch: a pure function of (seed, step, index), so the
+    masks of a step are the same whether its micro-batches run in one process or across ranks."""
+    return (stream_seed(seed, "dropout") + 1_000_003 * step + micro_batch) % 2**63
+
+
 def sample_seed(seed: int, step: int, prompt_index: int) -> int:
     """Sampling's own stream: a pure function of (seed, step, prompt), untouched by training."""
     return (stream_seed(seed, "sampling") + 1_000_003 * step + prompt_index) % 2**63
@@ -111,25 +118,41 @@ def accumulate_gradients(
     micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
     label_smoothing: float,
     autocast=contextlib.nullcontext,
+    before_micro_batch=lambda index: None,
 ) -> float:
     """Backpropagate one optimiser step's micro-batches; return the step's mean loss per target token.
 
     Token-weighted: each micro-batch's summed loss is divided by the target count of the whole step, so k
     micro-batches give the gradient of one batch k times larger, even when they hold different token counts.
+    Under DistributedDataParallel the gradients are all-reduced once, with the last micro-batch's backward
+    (every rank holds the same number of targets, so DDP's mean over ranks completes the global mean).
     """
     n_targets = sum(targets.numel() for _, targets in micro_batches)
     total = 0.0
-    for inputs, targets in micro_batches:
-        with autocast():
-            loss = model(inputs, targets, label_smoothing) / n_targets
-        loss.backward()
+    for index, (inputs, targets) in enumerate(micro_batches):
+        before_micro_batch(index)
+        last = index == len(micro_batches) - 1
+        sync = model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()
+        with sync:
+            with autocast():
+                loss = model(inputs, targets, label_smoothing) / n_targets
+            loss.backward()
         total += loss.item()
     return total
 
 
-def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Tracker | None = None) -> dict:
+def train(
+    params: Params,
+    paths: TrainPaths,
+    fresh: bool = False,
+    tracker: Tracker | None = None,
+    group: ProcessGroup | None = None,
+) -> dict:
+    """Train, or resume, to ``train.max_steps``. With several ranks every rank runs this function; only rank 0
+    (``group.is_main``) evaluates and writes anything, and the others return an empty dict."""
     cfg = params.train
-    tracker = tracker or NoTracking()
+    group = group or ProcessGroup()
+    tracker = tracker if tracker is not None and group.is_main else NoTracking()
     configure_torch(cfg.threads, compiled=cfg.compile)
     tokens = open_tokens(paths.tokens_dir, "train")
     val_tokens = open_tokens(paths.tokens_dir, "val")
@@ -138,14 +161,22 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
     byte_lengths = token_byte_lengths(tokenizer)
 
     model = build_model(params, meta["vocab_size"])
-    step_model = torch.compile(model) if cfg.compile else model
+    step_model = model
+    if group.distributed:  # averages gradients over the ranks, in buckets during the last backward
+        step_model = torch.nn.parallel.DistributedDataParallel(model)
+    step_model = torch.compile(step_model) if cfg.compile else step_model
     autocast = (
         (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.precision == "bf16" else contextlib.nullcontext
     )
     schedule = NoamSchedule(params.lr)
     optimizer = model.configure_optimizer(schedule.lr(0), cfg.weight_decay, (cfg.beta1, cfg.beta2))
     data_order = DataOrder(
-        stream_seed(cfg.seed, "data"), len(tokens), params.model.block_size, cfg.batch_size, cfg.accum_steps
+        stream_seed(cfg.seed, "data"),
+        len(tokens),
+        params.model.block_size,
+        cfg.batch_size,
+        cfg.accum_steps,
+        group.world_size,
     )
     stopper = EarlyStopping(cfg.early_stopping)
     torch.manual_seed(stream_seed(cfg.seed, "dropout"))
@@ -154,19 +185,25 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
     run_log = RunLog(paths.steps_log, paths.evals_log)
     best_dir = paths.checkpoints / BEST_DIR
 
-    # Resume from the latest valid checkpoint unless told to start over.
-    checkpoints.remove_partial()
-    if fresh:
-        checkpoints.clear()
+    # Resume from the latest valid checkpoint unless told to start over. Rank 0 tidies the directory first;
+    # every rank then reads the same checkpoint.
+    if group.is_main:
+        checkpoints.remove_partial()
+        if fresh:
+            checkpoints.clear()
+    group.any(False)  # a barrier: the others read only what rank 0 has left
     loaded = checkpoints.load_latest()
     if loaded is not None:
         difference = first_difference(loaded.state["fingerprint"], current)
-        if difference and checkpoints.read_index()["completed"]:
-            print(
-                f"train: {difference[0]} changed since the finished run in {paths.checkpoints}; starting over",
-                file=sys.stderr,
-            )
-            checkpoints.clear()
+        completed = checkpoints.read_index()["completed"]
+        group.any(False)  # all ranks have read the index before rank 0 may clear it
+        if difference and completed:
+            if group.is_main:
+                print(
+                    f"train: {difference[0]} changed since the finished run in {paths.checkpoints}; starting over",
+                    file=sys.stderr,
+                )
+                checkpoints.clear()
             loaded = None
         elif difference:
             key, old, new = difference
@@ -191,9 +228,11 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
                 f"the checkpoint in {paths.checkpoints} is at step {start}, past train.max_steps {cfg.max_steps}: "
                 "raise max_steps, or start over with `python stages/train.py --fresh …`"
             )
-        print(f"train: resuming from {loaded.path} (step {start})", file=sys.stderr)
-    checkpoints.mark_completed(False)
-    run_id = checkpoints.run_id()
+        if group.is_main:
+            print(f"train: resuming from {loaded.path} (step {start})", file=sys.stderr)
+    if group.is_main:
+        checkpoints.mark_completed(False)
+    run_id = checkpoints.run_id() if group.is_main else None
 
     def checkpoint_state(step: int) -> dict:
         return {
@@ -251,7 +290,8 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
     started = time.perf_counter()
     model.train()
     done = start
-    run_log.open()
+    if group.is_main:
+        run_log.open()
     tracker.start(run_id, run_log.steps, run_log.evals)
     exit_code = None
     status = "FAILED"  # unless the run ends, or stops on a signal
@@ -259,15 +299,33 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
     try:
         with StopSignals() as stop_signals:
             last = start if stopper.should_stop else cfg.max_steps  # an early-stopped run stays stopped
-            progress = tqdm(range(start, last), desc="train", unit="step", mininterval=2.0, initial=start, total=last)
+            progress = tqdm(
+                range(start, last),
+                desc="train",
+                unit="step",
+                mininterval=2.0,
+                initial=start,
+                total=last,
+                disable=not group.is_main,
+            )
             for step in progress:
                 step_started = time.perf_counter()
                 lr = schedule.lr(step)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                micro_batches = [data_order.batch(tokens, step, m) for m in range(cfg.accum_steps)]
+                micro_batches = [data_order.batch(tokens, step, m, group.rank) for m in range(cfg.accum_steps)]
                 optimizer.zero_grad(set_to_none=True)
-                loss_sum = accumulate_gradients(step_model, micro_batches, cfg.label_smoothing, autocast)
+                first_micro_batch = group.rank * cfg.accum_steps  # this rank's place in the global batch
+                for m in range(cfg.accum_steps):
+                    faults.record_batch(
+                        step, group.rank, first_micro_batch + m, data_order.micro_offsets(step, m, group.rank)
+                    )
+
+                def seed_dropout(index: int, step: int = step, first: int = first_micro_batch) -> None:
+                    torch.manual_seed(dropout_seed(cfg.seed, step, first + index))
+
+                loss_sum = accumulate_gradients(step_model, micro_batches, cfg.label_smoothing, autocast, seed_dropout)
+                loss_sum = group.mean(loss_sum)
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
                 optimizer.step()
                 if not math.isfinite(loss_sum):
@@ -282,24 +340,34 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
                     "grad_norm": grad_norm,
                     "tokens_per_s": tokens_per_step / (time.perf_counter() - step_started),
                 }
-                run_log.step(row)
+                if group.is_main:
+                    run_log.step(row)
                 tracking_started = time.perf_counter()
                 tracker.step(row)
                 seconds["tracking"] += time.perf_counter() - tracking_started
                 progress.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.2e}", refresh=False)
+                stop_early = False
                 if done % cfg.eval_interval == 0 or done == cfg.max_steps:
                     eval_started = time.perf_counter()
-                    evaluate_and_sample(done)
+                    if group.is_main:
+                        evaluate_and_sample(done)
+                    stop_early = group.any(stopper.should_stop)  # rank 0 decides; every rank hears it
                     seconds["eval_and_samples"] += time.perf_counter() - eval_started
                     faults.maybe_crash("after-eval", done)
-                finished = done == cfg.max_steps or stopper.should_stop
-                if done % cfg.ckpt_interval == 0 or finished or stop_signals.received:
+                stop_early = stop_early or stopper.should_stop
+                # A signal reaches every rank (torchrun forwards it), but not necessarily within the same step.
+                signalled = group.any(stop_signals.received is not None)
+                finished = done == cfg.max_steps or stop_early
+                if done % cfg.ckpt_interval == 0 or finished or signalled:
                     checkpoint_started = time.perf_counter()
-                    checkpoints.save(done, checkpoint_state(done))
+                    if group.is_main:
+                        checkpoints.save(done, checkpoint_state(done))
+                    group.any(False)  # nobody leaves before the checkpoint is on disk
                     seconds["checkpoints"] += time.perf_counter() - checkpoint_started
-                faults.maybe_crash("after-step", done)
+                faults.maybe_crash("after-step", done, group.rank)
                 faults.maybe_pause(done)
-                if stop_signals.received:
+                if signalled:
+                    stop_signals.received = stop_signals.received or int(signal.SIGTERM)
                     exit_code = 128 + stop_signals.received
                     print(
                         f"train: signal {stop_signals.received} at step {done}; checkpoint written, exiting "
@@ -307,14 +375,19 @@ def train(params: Params, paths: TrainPaths, fresh: bool = False, tracker: Track
                         file=sys.stderr,
                     )
                     break
-                if stopper.should_stop:
-                    best = f"best val loss {stopper.best:.4f} at step {stopper.best_step}"
-                    print(f"train: early stop at step {done}; {best}", file=sys.stderr)
+                if stop_early:
+                    if group.is_main:
+                        best = f"best val loss {stopper.best:.4f} at step {stopper.best_step}"
+                        print(f"train: early stop at step {done}; {best}", file=sys.stderr)
                     break
             progress.close()
-        run_log.close()
+        if group.is_main:
+            run_log.close()
         if exit_code is not None:
             raise SystemExit(exit_code)
+        if not group.is_main:
+            status = "FINISHED"
+            return {}
 
         finish_started = time.perf_counter()
         tracker.finish("FINISHED")  # the last sends: part of this run's time

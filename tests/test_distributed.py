@@ -1,0 +1,115 @@
+"""Data-parallel training with real torchrun processes (gloo, one thread each): the global batch of a step is
+the same whatever the process layout, a dead rank stops the job, and `dvc repro` resumes it exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import DVC, digest, dvc
+from test_resume import run_train, workdir
+
+from solomon.scratch import pipeline_env
+
+TWO_RANKS = {"train": {"nproc": 2, "accum_steps": 1, "threads": 1}}
+ONE_RANK_ACCUM_2 = {"train": {"nproc": 1, "accum_steps": 2, "threads": 1}}
+
+
+def recorded_batches(directory: Path) -> dict[int, list[list[int]]]:
+    """Step → the offsets of its micro-batches, in their global order, from every rank's record."""
+    by_step: dict[int, dict[int, list[int]]] = {}
+    for path in directory.glob("rank*.jsonl"):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            by_step.setdefault(record["step"], {})[record["micro_batch"]] = record["offsets"]
+    return {step: [micro[i] for i in sorted(micro)] for step, micro in by_step.items()}
+
+
+def step_losses(directory: Path) -> list[float]:
+    lines = (directory / "train_log.tsv").read_text().splitlines()
+    column = lines[0].split("\t").index("loss")
+    return [float(line.split("\t")[column]) for line in lines[1:]]
+
+
+def train_recording(built_repo: Path, cwd: Path, overrides: dict) -> subprocess.CompletedProcess:
+    workdir(built_repo, cwd, overrides)
+    (cwd / "batches").mkdir()
+    env = pipeline_env() | {"SOLOMON_RECORD_BATCHES": str(cwd / "batches")}
+    return run_train(built_repo, cwd, env=env)
+
+
+def test_two_ranks_see_the_batches_and_losses_of_one_process_accumulating_two(built_repo: Path, tmp_path: Path):
+    two = train_recording(built_repo, tmp_path / "two-ranks", TWO_RANKS)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = train_recording(built_repo, tmp_path / "one-rank", ONE_RANK_ACCUM_2)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert len(list((tmp_path / "two-ranks/batches").glob("rank*.jsonl"))) == 2  # both ranks trained
+    batches_two, batches_one = (
+        recorded_batches(tmp_path / "two-ranks/batches"),
+        recorded_batches(tmp_path / "one-rank/batches"),
+    )
+    assert sorted(batches_two) == list(range(30)) and batches_two == batches_one
+    losses_two, losses_one = step_losses(tmp_path / "two-ranks"), step_losses(tmp_path / "one-rank")
+    assert len(losses_two) == len(losses_one) == 30
+    for step, (a, b) in enumerate(zip(losses_two, losses_one, strict=True), start=1):
+        assert a == pytest.approx(b, rel=1e-5), f"step {step}: {a} vs {b}"
+    # only rank 0 wrote: one log, one model, one set of checkpoints
+    assert (tmp_path / "two-ranks/models/model.safetensors").is_file()
+
+
+def rank_pid(rank: int) -> int | None:
+    """The PID of the training process torchrun started as ``rank`` (found by its environment)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if f"LOCAL_RANK={rank}".encode() in environ and b"stages/train.py" in cmdline:
+            return int(proc.name)
+    return None
+
+
+def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(
+    built_repo: Path, repo_copy: Path, tmp_path: Path
+) -> None:
+    uninterrupted = workdir(built_repo, tmp_path / "uninterrupted", TWO_RANKS)
+    done = run_train(built_repo, uninterrupted)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    params = yaml.safe_load((repo_copy / "params.yaml").read_text())
+    params["train"].update(TWO_RANKS["train"])
+    params["tracking"]["enabled"] = False
+    (repo_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    log = repo_copy / "reports/train_log.tsv"
+    log.unlink()
+    job = subprocess.Popen(
+        [DVC, "repro", "train"],
+        cwd=repo_copy,
+        env=pipeline_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (log.exists() and len(log.read_text().splitlines()) > 13):  # past the checkpoint at step 10
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0][-3000:]
+        time.sleep(0.01)
+    pid = rank_pid(1)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    killed_at = time.monotonic()
+    output = job.communicate(timeout=90)[0]
+    assert job.returncode != 0, output[-3000:]
+    assert time.monotonic() - killed_at < 60  # the whole job ends, rank 0 included: no hang
+    assert rank_pid(0) is None
+
+    resumed = dvc(repo_copy, "repro", "train")
+    assert "resuming from" in resumed.stderr + resumed.stdout
+    assert digest(repo_copy / "models/model.safetensors") == digest(uninterrupted / "models/model.safetensors")
