@@ -107,7 +107,9 @@ def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(
     killed_at = time.monotonic()
     output = job.communicate(timeout=90)[0]
     assert job.returncode != 0, output[-3000:]
-    assert time.monotonic() - killed_at < 60  # the whole job ends, rank 0 included: no hang
+    ended_after = time.monotonic() - killed_at
+    print(f"the job ended {ended_after:.1f} s after rank 1 was killed")
+    assert ended_after < 60  # the whole job ends, rank 0 included: no hang
     assert rank_pid(0) is None
 
     resumed = dvc(repo_copy, "repro", "train")

@@ -311,8 +311,8 @@ def train(
             for step in progress:
                 step_started = time.perf_counter()
                 lr = schedule.lr(step)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+                for param_group in optimizer.param_groups:
+                    param_group["lr"] = lr
                 micro_batches = [data_order.batch(tokens, step, m, group.rank) for m in range(cfg.accum_steps)]
                 optimizer.zero_grad(set_to_none=True)
                 first_micro_batch = group.rank * cfg.accum_steps  # this rank's place in the global batch
