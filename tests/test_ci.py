@@ -35,7 +35,15 @@ def test_the_pipeline_validates_against_gitlabs_schema_and_yamllint() -> None:
     )
     assert schema.returncode == 0, schema.stdout + schema.stderr
     lint = subprocess.run(
-        [str(BIN / "yamllint"), "--strict", ".gitlab-ci.yml", ".yamllint.yaml", "params.yaml", "dvc.yaml"],
+        [
+            str(BIN / "yamllint"),
+            "--strict",
+            ".gitlab-ci.yml",
+            ".yamllint.yaml",
+            "params.yaml",
+            "dvc.yaml",
+            *(str(path.relative_to(ROOT)) for path in sorted(ROOT.glob("k8s/*/*.yaml"))),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

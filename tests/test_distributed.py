@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import DVC, digest, dvc
-from test_resume import run_train, workdir
+from test_resume import logged_steps, run_train, train_args, wait_for_steps, workdir
 
-from solomon.scratch import pipeline_env
+from solomon.scratch import merge, pipeline_env
 
 TWO_RANKS = {"train": {"nproc": 2, "accum_steps": 1, "threads": 1}}
 ONE_RANK_ACCUM_2 = {"train": {"nproc": 1, "accum_steps": 2, "threads": 1}}
@@ -57,6 +57,8 @@ def test_two_ranks_see_the_batches_and_losses_of_one_process_accumulating_two(bu
     assert sorted(batches_two) == list(range(30)) and batches_two == batches_one
     losses_two, losses_one = step_losses(tmp_path / "two-ranks"), step_losses(tmp_path / "one-rank")
     assert len(losses_two) == len(losses_one) == 30
+    worst = max(abs(a - b) / abs(b) for a, b in zip(losses_two, losses_one, strict=True))
+    print(f"2 ranks × accum 1 vs 1 process × accum 2: largest relative loss difference {worst:.2e}")
     for step, (a, b) in enumerate(zip(losses_two, losses_one, strict=True), start=1):
         assert a == pytest.approx(b, rel=1e-5), f"step {step}: {a} vs {b}"
     # only rank 0 wrote: one log, one model, one set of checkpoints
@@ -76,13 +78,16 @@ def rank_pid(rank: int) -> int | None:
     return None
 
 
-def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(
-    built_repo: Path, repo_copy: Path, tmp_path: Path
-) -> None:
-    uninterrupted = workdir(built_repo, tmp_path / "uninterrupted", TWO_RANKS)
-    done = run_train(built_repo, uninterrupted)
+@pytest.fixture(scope="module")
+def two_rank_model(built_repo: Path, tmp_path_factory) -> str:
+    """The model digest of an uninterrupted 2-rank run."""
+    cwd = workdir(built_repo, tmp_path_factory.mktemp("two-rank-reference"), TWO_RANKS)
+    done = run_train(built_repo, cwd)
     assert done.returncode == 0, done.stderr[-3000:]
+    return digest(cwd / "models/model.safetensors")
 
+
+def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(repo_copy: Path, two_rank_model: str) -> None:
     params = yaml.safe_load((repo_copy / "params.yaml").read_text())
     params["train"].update(TWO_RANKS["train"])
     params["tracking"]["enabled"] = False
@@ -114,4 +119,46 @@ def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(
 
     resumed = dvc(repo_copy, "repro", "train")
     assert "resuming from" in resumed.stderr + resumed.stdout
-    assert digest(repo_copy / "models/model.safetensors") == digest(uninterrupted / "models/model.safetensors")
+    assert digest(repo_copy / "models/model.safetensors") == two_rank_model
+
+
+def test_sigterm_stops_every_rank_at_one_step_with_a_checkpoint_and_the_resume_is_exact(
+    built_repo: Path, tmp_path: Path, two_rank_model: str
+) -> None:
+    cwd = workdir(built_repo, tmp_path / "run", TWO_RANKS)
+    job = subprocess.Popen(
+        train_args(built_repo), cwd=cwd, env=pipeline_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    wait_for_steps(job, cwd, 13)
+    job.send_signal(signal.SIGTERM)  # to torchrun, which forwards it to both ranks
+    output = job.communicate(timeout=90)[0]
+    assert job.returncode != 0
+    assert "checkpoint written, exiting with 143" in output  # rank 0; rank 1 stopped at the same step
+    stopped_at = logged_steps(cwd)
+    index = json.loads((cwd / "checkpoints/index.json").read_text())
+    assert index["checkpoints"][-1]["step"] == stopped_at < 30
+
+    resumed = run_train(built_repo, cwd)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stderr
+    assert digest(cwd / "models/model.safetensors") == two_rank_model
+
+
+def test_resuming_with_another_number_of_processes_is_refused(built_repo: Path, tmp_path: Path) -> None:
+    cwd = workdir(built_repo, tmp_path / "run", TWO_RANKS)
+    crashed = run_train(built_repo, cwd, crash_at="after-step:12")  # rank 0 dies (SOLOMON_CRASH_RANK unset)
+    assert crashed.returncode != 0
+    workdir(built_repo, cwd, {"train": {"nproc": 1, "accum_steps": 1, "threads": 1}})
+    refused = run_train(built_repo, cwd)
+    assert refused.returncode != 0
+    assert "resume refused: params.train.nproc differs from the checkpoint at step 10 (2 → 1)" in refused.stderr
+
+
+def test_every_rank_stops_early_when_rank_0_decides_to(built_repo: Path, tmp_path: Path) -> None:
+    overrides = merge(TWO_RANKS, {"train": {"early_stopping": {"patience": 1, "min_delta": 10.0}}})
+    cwd = workdir(built_repo, tmp_path / "run", overrides)
+    done = run_train(built_repo, cwd)
+    assert done.returncode == 0, done.stderr[-3000:]  # rank 1 left with rank 0: no rank waits on the other
+    assert "early stop at step 20" in done.stderr
+    metrics = json.loads((cwd / "train_metrics.json").read_text())
+    assert metrics["stopped_early"] and metrics["steps"] == logged_steps(cwd) == 20

@@ -22,6 +22,7 @@ CODE_FILES = (
     "runtime.py",
     "train/loop.py",
     "train/data_order.py",
+    "train/distributed.py",
     "train/schedule.py",
     "train/rng.py",
     "train/early_stopping.py",

@@ -1,9 +1,11 @@
 """The training loop. Reads top to bottom: set up (or resume), then one optimiser step per iteration with
 evaluation, samples and checkpoints at their intervals, then write the best model.
 
-Everything a step depends on is either a pure function of (seed, step) — the batch — or saved in the
-checkpoint — weights, optimiser moments, the dropout RNG, early-stopping state — so a run killed at any moment
-and resumed from its latest checkpoint ends bit-identical to an uninterrupted one.
+Everything a step depends on is either a pure function of (seed, step) — the batch and its dropout masks — or
+saved in the checkpoint — weights, optimiser moments, early-stopping state — so a run killed at any moment
+and resumed from its latest checkpoint ends bit-identical to an uninterrupted one. With several ranks
+(``train.nproc``, under torchrun) each rank trains on its slice of the same global batch, rank 0 alone
+evaluates and writes, and every stop decision is agreed by all ranks.
 """
 
 from __future__ import annotations
