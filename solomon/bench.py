@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from solomon.errors import SolomonError
+from solomon.errors import SolomonError, last_line
 from solomon.model import GPT, GPTConfig
 from solomon.params import Params
 from solomon.runtime import configure_torch
@@ -50,7 +50,7 @@ def _best_gflops(operands: list[tuple[torch.Tensor, torch.Tensor]], repeats: int
     """The best of ``rounds`` timings (a shared 2-core machine has noisy neighbours; the peak is the point)."""
     for a, b in operands:
         a @ b
-    flops = sum(2 * a.size(0) * a.size(1) * b.size(1) for a, b in operands) * repeats
+    flops = matmul_flops([(a.size(0), a.size(1), b.size(1)) for a, b in operands]) * repeats
     best = 0.0
     for _ in range(rounds):
         started = time.perf_counter()
@@ -59,6 +59,11 @@ def _best_gflops(operands: list[tuple[torch.Tensor, torch.Tensor]], repeats: int
                 a @ b
         best = max(best, flops / (time.perf_counter() - started) / 1e9)
     return best
+
+
+def matmul_flops(shapes: list[tuple[int, int, int]]) -> int:
+    """Floating-point operations of (M, K) @ (K, N) matmuls: a multiply and an add per term."""
+    return sum(2 * m * k * n for m, k, n in shapes)
 
 
 def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
@@ -153,8 +158,8 @@ def training_throughput(
     }
     in_step = None
     if matmul_ms_per_step:
-        matmul_flops = sum(2 * m * k * n for m, k, n in model_matmul_shapes(config, micro_batch_tokens))
-        gflops = matmul_flops * params.train.accum_steps / (matmul_ms_per_step / 1000) / 1e9
+        flops = matmul_flops(model_matmul_shapes(config, micro_batch_tokens)) * params.train.accum_steps
+        gflops = flops / (matmul_ms_per_step / 1000) / 1e9
         peak = peaks[params.train.precision]
         in_step = {"gflops": round(gflops, 1), "of_peak": round(gflops / peak, 3), "ms_per_step": matmul_ms_per_step}
     base = results["eager fp32"]["tokens_per_s"]
@@ -224,8 +229,8 @@ def resume_latency(command: list[str], work: Path, resume_step: int) -> float:
         paused = Path(f"{release}.paused")
         while not paused.exists():
             if process.poll() is not None:
-                last = (stderr_path.read_text().strip().splitlines() or ["no message"])[-1]
-                raise SolomonError(f"bench: the resumed train stage exited with {process.returncode}: {last}")
+                message = last_line(stderr_path.read_text())
+                raise SolomonError(f"bench: the resumed train stage exited with {process.returncode}: {message}")
             time.sleep(0.01)
         reached = time.perf_counter() - started
         process.kill()

@@ -14,6 +14,12 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:limit]
 
 
+def last_line(text: str) -> str:
+    """The last non-blank line of a subprocess's stderr (where its error usually is), or "no message"."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
+
+
 def run_main(main: Callable[[], object]) -> None:
     """Run a stage or command: bad input becomes one line on stderr and exit status 2."""
     try:

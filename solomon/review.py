@@ -16,22 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from solomon.errors import SolomonError, first_line
+from solomon.errors import SolomonError, first_line, last_line
 from solomon.scratch import run
 
 MARKER = "<!-- solomon-review -->"
 TOKEN_ENV = "SOLOMON_REVIEW_TOKEN"  # a masked CI/CD variable: project access token with the `api` scope
 
 
-def _last_line(stderr: str) -> str:
-    lines = [line for line in stderr.strip().splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "no message"
-
-
 def _git(repo: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
     if done.returncode != 0:
-        raise SolomonError(f"git {' '.join(args)}: {_last_line(done.stderr)}")
+        raise SolomonError(f"git {' '.join(args)}: {last_line(done.stderr)}")
     return done.stdout.strip()
 
 
@@ -39,7 +34,7 @@ def _dvc_diff(repo: Path, kind: str, base: str, head: str) -> str:
     done = run(["dvc", kind, "diff", base, head, "--md"], repo, check=False)  # this interpreter's dvc
     if done.returncode != 0:
         raise SolomonError(
-            f"dvc {kind} diff {base} {head} failed ({_last_line(done.stderr)}): both revisions must be "
+            f"dvc {kind} diff {base} {head} failed ({last_line(done.stderr)}): both revisions must be "
             "in the clone (in CI: GIT_DEPTH 0 and `git fetch origin <target-branch>`)"
         )
     table = done.stdout.strip()

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from solomon.bench import MATMUL_OPS
 from solomon.scratch import pipeline_env
 
 
@@ -38,7 +39,7 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     assert set(throughput["matmul_ceiling_mfu"]) == {"fp32", "bf16"}
     profile = throughput["default_step_profile"]  # the default (eager bf16) step, operator by operator
     assert 3 <= len(profile) <= 10 and all(0 < op["share"] <= 1 for op in profile)
-    assert any(op["op"] in ("aten::mm", "aten::bmm", "aten::addmm") for op in profile)
+    assert any(op["op"] in MATMUL_OPS for op in profile)
     assert "where the default path's step time goes" in done.stdout
     in_step = throughput["in_step_matmul"]  # the step's matmul kernels, timed by the profiler inside a real step
     assert in_step["ms_per_step"] > 0 and 0 < in_step["of_peak"] < 2 and "the same matmuls inside" in done.stdout
