@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from solomon.evaluate import _windows, evaluate_tokens
+from solomon.heldout import _windows, evaluate_tokens
 from solomon.model import GPT, GPTConfig
 from solomon.params import TokenizerParams
 from solomon.tokenizer import token_byte_lengths, train_tokenizer

@@ -20,6 +20,7 @@ CODE_FILES = (
     "model.py",
     "linear_cross_entropy.py",
     "runtime.py",
+    "heldout.py",  # the periodic evaluation picks the best model and decides early stopping
     "train/loop.py",
     "train/data_order.py",
     "train/distributed.py",

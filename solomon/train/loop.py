@@ -27,7 +27,7 @@ from tqdm import tqdm
 from solomon import weights
 from solomon.atomic import staged_dir, write_json
 from solomon.errors import SolomonError
-from solomon.evaluate import evaluate_tokens
+from solomon.heldout import evaluate_tokens
 from solomon.model import GPT, GPTConfig
 from solomon.params import Params
 from solomon.runtime import configure_torch
