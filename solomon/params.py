@@ -135,6 +135,7 @@ class EvalParams(_Section):
     batch_size: PositiveInt = 16
     max_tokens: PositiveInt | None = None
     threads: PositiveInt = 2
+    calibration_bins: int = Field(15, ge=2)  # equal-mass bins of the ECE and the reliability diagram
 
 
 class ReportParams(_Section):

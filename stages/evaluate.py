@@ -1,4 +1,5 @@
-"""Stage evaluate: val and test loss, perplexity, bits per byte, accuracy → metrics.json."""
+"""Stage evaluate: val and test loss, perplexity, bits per byte, accuracy, ECE and MCE → metrics.json; the
+reliability diagram's bins → <reliability_dir>/{val,test}.json."""
 
 import argparse
 from pathlib import Path
@@ -10,10 +11,17 @@ from solomon.params import load_params
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    for name in ("model_dir", "tokens_dir", "tokenizer_path", "metrics_path"):
+    for name in ("model_dir", "tokens_dir", "tokenizer_path", "metrics_path", "reliability_dir"):
         parser.add_argument(name, type=Path)
     args = parser.parse_args()
-    metrics = evaluate(load_params().eval, args.model_dir, args.tokens_dir, args.tokenizer_path, args.metrics_path)
+    metrics = evaluate(
+        load_params().eval,
+        args.model_dir,
+        args.tokens_dir,
+        args.tokenizer_path,
+        args.metrics_path,
+        args.reliability_dir,
+    )
     print(f"evaluate: {metrics}")
 
 

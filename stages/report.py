@@ -10,7 +10,18 @@ from solomon.errors import run_main
 from solomon.params import load_params
 from solomon.report.run import Provenance, create_run
 
-INPUTS = ("metrics", "train_metrics", "train_log", "train_evals", "datacard_md", "datacard_json", "model", "tokenizer")
+INPUTS = (
+    "metrics",
+    "train_metrics",
+    "train_log",
+    "train_evals",
+    "datacard_md",
+    "datacard_json",
+    "reliability_val",
+    "reliability_test",
+    "model",
+    "tokenizer",
+)
 
 
 def main() -> None:

@@ -1,13 +1,18 @@
-"""Evaluation arithmetic: every token after the first predicted once; bits per byte from true byte lengths."""
+"""Evaluation arithmetic: every token after the first predicted once; bits per byte from true byte lengths;
+calibration (equal-mass bins, ECE, MCE) by hand and on synthetic predictors."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
+import pytest
 import torch
 
-from solomon.heldout import _windows, evaluate_tokens
+from solomon.calibration import ReliabilityBins, calibration_errors
+from solomon.errors import SolomonError
+from solomon.heldout import HeldOutScore, _windows, evaluate_tokens, predictions
 from solomon.model import GPT, GPTConfig
 from solomon.params import TokenizerParams
 from solomon.tokenizer import token_byte_lengths, train_tokenizer
@@ -45,3 +50,56 @@ def test_token_byte_lengths_sum_to_text_bytes() -> None:
         ids = tokenizer.encode(line).ids
         assert int(lengths[ids].sum()) == len(line.encode("utf-8"))
     assert lengths[tokenizer.token_to_id("<|endoftext|>")] == 0
+
+
+def _two_class_logits(confidences: list[float]) -> torch.Tensor:
+    """Logits over 2 classes whose top-1 (class 0) probability is each given confidence."""
+    p = torch.tensor(confidences, dtype=torch.float64)
+    return torch.stack([p.log(), (1 - p).log()], dim=-1).float()[None]
+
+
+def test_reliability_bins_and_calibration_errors_by_hand() -> None:
+    bins = ReliabilityBins()
+    # 4 tokens at confidence 0.6, half right; 4 at 0.9, all right: gaps 0.1 and 0.1 → ECE 0.1, MCE 0.1.
+    bins.add(_two_class_logits([0.6] * 4), torch.tensor([[0, 1, 0, 1]]))
+    bins.add(_two_class_logits([0.9] * 4), torch.tensor([[0, 0, 0, 0]]))
+    table = bins.bins(2)
+    assert [(b["tokens"], b["confidence"], b["accuracy"]) for b in table] == [(4, 0.6, 0.5), (4, 0.9, 1.0)]
+    assert calibration_errors(table) == {"ece": 0.1, "mce": 0.1}
+    # Overconfidence in one bin only: ECE weighs it by its share, MCE takes it whole.
+    bins = ReliabilityBins()
+    bins.add(_two_class_logits([0.6] * 6 + [0.9] * 2), torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]]))
+    table = bins.bins(2)
+    # Equal mass: the upper bin mixes two 0.6 tokens with the two 0.9 ones (mean confidence 0.75).
+    assert [(b["confidence"], b["accuracy"]) for b in table] == [(0.6, 0.75), (0.75, 0.0)]
+    assert calibration_errors(table) == {"ece": 0.5 * 0.15 + 0.5 * 0.75, "mce": 0.75}
+    with pytest.raises(SolomonError, match=r"eval\.calibration_bins is 9 but the split has 8 predicted tokens"):
+        bins.bins(9)
+
+
+def test_ece_is_small_for_a_calibrated_predictor_and_large_for_an_overconfident_one() -> None:
+    generator = torch.Generator().manual_seed(0)
+    confidence = 0.5 + 0.5 * torch.rand(200_000, generator=generator, dtype=torch.float64)
+    draws = torch.rand(200_000, generator=generator, dtype=torch.float64)
+    logits = _two_class_logits(confidence.tolist())
+    calibrated, overconfident = ReliabilityBins(), ReliabilityBins()
+    calibrated.add(logits, (draws >= confidence).long()[None])  # class 0 comes true with probability p
+    overconfident.add(logits, (draws >= confidence**3).long()[None])  # ... with p³ < p
+    assert calibration_errors(calibrated.bins(15))["ece"] < 0.005
+    assert calibration_errors(overconfident.bins(15))["ece"] > 0.1
+
+
+def test_equal_mass_bins_on_a_model_agree_with_its_accuracy() -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
+    tokens = np.random.default_rng(1).integers(0, 20, size=200).astype(np.uint16)
+    score, bins = HeldOutScore(np.ones(20, dtype=np.int64)), ReliabilityBins()
+    for logits, targets in predictions(model, tokens, batch_size=4, max_tokens=None):
+        score.add(logits, targets)
+        bins.add(logits, targets)
+    table = bins.bins(15)
+    assert sum(b["tokens"] for b in table) == 199 and {b["tokens"] for b in table} <= {13, 14}
+    assert all(b["confidence_low"] <= b["confidence"] <= b["confidence_high"] for b in table)
+    assert all(a["confidence_high"] <= b["confidence_low"] for a, b in itertools.pairwise(table))
+    correct = sum(round(b["accuracy"] * b["tokens"]) for b in table)
+    assert correct / 199 == pytest.approx(score.result()["accuracy"], abs=1e-6)

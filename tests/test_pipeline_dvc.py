@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import ROOT, digest, dvc
 
@@ -35,13 +36,25 @@ def test_full_repro_writes_every_output(built_repo: Path) -> None:
         "reports/train_log.tsv",
         "reports/train_metrics.json",
         "metrics.json",
+        "reports/reliability/val.json",
+        "reports/reliability/test.json",
         "reports/latest.json",
     ):
         assert (built_repo / path).is_file(), path
     metrics = json.loads((built_repo / "metrics.json").read_text())
     for split in ("val", "test"):
-        assert set(metrics[split]) >= {"loss", "perplexity", "bits_per_byte", "accuracy"}
+        assert set(metrics[split]) >= {"loss", "perplexity", "bits_per_byte", "accuracy", "ece", "mce"}
         assert 0 < metrics[split]["bits_per_byte"] < 8
+        assert 0 < metrics[split]["ece"] <= metrics[split]["mce"] < 1
+        # The reliability file is the ECE's own data: the metric recomputes from it.
+        bins = json.loads((built_repo / f"reports/reliability/{split}.json").read_text())
+        assert len(bins) == 15 and sum(b["tokens"] for b in bins) == metrics[split]["tokens"]
+        ece = sum(b["tokens"] * abs(b["accuracy"] - b["confidence"]) for b in bins) / metrics[split]["tokens"]
+        assert ece == pytest.approx(metrics[split]["ece"], abs=1e-6)
+    plots = json.loads(dvc(built_repo, "plots", "show", "--json").stdout)["data"]
+    diagram = plots["reliability diagram"][0]["content"]
+    assert {row["filename"] for row in diagram["data"]["values"]} == {"val.json", "test.json"}
+    assert diagram["encoding"]["x"]["field"] == "confidence" and '"y": {"field": "accuracy"' in json.dumps(diagram)
     latest = json.loads((built_repo / "reports/latest.json").read_text())
     run_dir = built_repo / latest["path"]
     for name in (
@@ -52,6 +65,9 @@ def test_full_repro_writes_every_output(built_repo: Path) -> None:
         "lr.png",
         "grad_norm.png",
         "tokens_per_s.png",
+        "reliability.png",
+        "reliability_val.json",
+        "reliability_test.json",
         "params.yaml",
         "hyperparameters.yaml",
         "datacard.md",
@@ -80,7 +96,7 @@ def test_eval_param_change_reruns_only_evaluate_and_report(repo_copy: Path) -> N
     before = run_dirs(repo_copy)
     old_run = repo_copy / "reports/training" / before[0]
     old_bytes = {p.name: p.read_bytes() for p in old_run.iterdir()}
-    write_params(repo_copy, {"eval": {"max_tokens": 2048}})
+    write_params(repo_copy, {"eval": {"max_tokens": 2048, "calibration_bins": 10}})
     done = dvc(repo_copy, "repro")
     assert ran_stages(done.stdout) == {"evaluate", "report"}, done.stdout
     # Same training run, so the same run directory, rebuilt with the new evaluation; its training record is
@@ -92,6 +108,7 @@ def test_eval_param_change_reruns_only_evaluate_and_report(repo_copy: Path) -> N
         assert new_bytes[name] == old_bytes[name], name
     assert "max_tokens: 2048" in new_bytes["params.yaml"].decode()
     assert json.loads(new_bytes["metrics.json"])["val"]["tokens"] == 2048
+    assert len(json.loads(new_bytes["reliability_val.json"])) == 10
     assert json.loads((repo_copy / "metrics.json").read_text())["val"]["tokens"] == 2048
 
 

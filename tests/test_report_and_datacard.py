@@ -25,6 +25,8 @@ REPORT_INPUTS = {
     "train_evals": "reports/train_evals.jsonl",
     "datacard_md": "data/datacard.md",
     "datacard_json": "data/datacard.json",
+    "reliability_val": "reports/reliability/val.json",
+    "reliability_test": "reports/reliability/test.json",
     "model": "models/model.safetensors",
     "tokenizer": "data/tokenizer.json",
 }
@@ -33,14 +35,16 @@ REPORT_INPUTS = {
 def test_html_report_is_self_contained_and_has_both_curves(built_repo: Path) -> None:
     latest = json.loads((built_repo / "reports/latest.json").read_text())
     page = (built_repo / latest["path"] / "index.html").read_text()
-    assert page.count("<svg") == 4  # loss (train and validation), learning rate, gradient norm, tokens/s
+    # loss (train and validation), learning rate, gradient norm, tokens/s, reliability diagram (val and test)
+    assert page.count("<svg") == 5
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     assert "<script" not in page
     assert "Motivation</h2>" in page and "Manifest SHA256" in page  # the data card, rendered; the identity
     markdown = (built_repo / latest["path"] / "README.md").read_text()
-    for chart in ("loss", "lr", "grad_norm", "tokens_per_s"):
+    for chart in ("loss", "lr", "grad_norm", "tokens_per_s", "reliability"):
         assert f"![{chart}]({chart}.png)" in markdown
-    assert "bits_per_byte" in markdown and "lr.warmup" in markdown
+    assert "reliability diagram (15 equal-mass bins)" in page and "val (ECE " in page and "test (ECE " in page
+    assert "bits_per_byte" in markdown and re.search(r"\|\s+ece\s+\|", markdown) and "lr.warmup" in markdown
     assert "## Samples at each evaluation" in markdown and "In the beginning" in markdown
     assert "## Evaluations during training (fixed validation subset)" in markdown
 
@@ -135,3 +139,11 @@ def test_make_report_rebuilds_the_pages_from_the_run_files_alone(repo_copy: Path
     )
     assert done.returncode == 0, done.stderr
     assert {name: (run_dir / name).read_bytes() for name in pages} == pages
+    # A run evaluated before calibration existed has no reliability files: its pages still build, without it.
+    for split in ("val", "test"):
+        (run_dir / f"reliability_{split}.json").unlink()
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "solomon"), "report"], cwd=repo_copy, env=pipeline_env(), capture_output=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert (run_dir / "index.html").read_text().count("<svg") == 4

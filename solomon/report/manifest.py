@@ -96,6 +96,8 @@ def workspace_subjects(root: Path, corpus_files: list[tuple[str, Path]]) -> list
 RUN_FILE_ROLES = {
     "metrics.json": "metrics",
     "train_metrics.json": "metrics",
+    "reliability_val.json": "metrics",
+    "reliability_test.json": "metrics",
     "hyperparameters.yaml": "hyperparameters",
     "params.yaml": "hyperparameters",
     "datacard.md": "datacard",

@@ -41,7 +41,17 @@ RECORD_FILES = {
     "train_evals": "train_evals.jsonl",
     "datacard_md": "datacard.md",
     "datacard_json": "datacard.json",
+    "reliability_val": "reliability_val.json",
+    "reliability_test": "reliability_test.json",
 }
+
+
+def read_reliability(run_dir: Path) -> dict[str, list[dict]] | None:
+    """{split: bins} of the run's reliability diagram; None for a run evaluated before calibration existed."""
+    paths = {split: run_dir / f"reliability_{split}.json" for split in ("val", "test")}
+    if not all(path.is_file() for path in paths.values()):
+        return None
+    return {split: json.loads(path.read_text(encoding="utf-8")) for split, path in paths.items()}
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ def create_run(
     now: datetime | None = None,
 ) -> Path:
     """``files`` names the inputs: metrics, train_metrics, train_log, train_evals, datacard_md, datacard_json,
-    model, tokenizer."""
+    reliability_val, reliability_test, model, tokenizer."""
     now = now or datetime.now(UTC)
     hashes = {name: sha256_file(path) for name, path in sorted(files.items())}
     hashes["params"] = sha256_file(params_path)
@@ -115,7 +125,7 @@ def create_run(
         for name, copy in RECORD_FILES.items():
             shutil.copyfile(files[name], tmp / copy)
         write_json(tmp / "run.json", run_info)
-        charts.write_pngs(rows, evals, tmp)
+        charts.write_pngs(rows, evals, tmp, read_reliability(tmp))
 
         subjects = manifest.workspace_subjects(provenance.repo_root, provenance.corpus_files)
         statement = manifest.build(subjects + manifest.run_subjects(tmp), _predicate(params, run_info, provenance, now))
@@ -173,7 +183,7 @@ def render_pages(run_dir: Path) -> None:
             ],
         ),
     }
-    svgs = charts.svgs(rows, evals)
+    svgs = charts.svgs(rows, evals, read_reliability(run_dir))
     datacard = (run_dir / "datacard.md").read_text(encoding="utf-8")
     write_text(run_dir / "README.md", document.render_markdown(title, intro, tables, list(svgs)))
     write_text(run_dir / "index.html", document.render_html(title, intro, tables, svgs, datacard))
