@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from solomon import __version__
-from solomon.errors import run_main
+from solomon.errors import SolomonError, run_main
 
 
 def _smoke(args: argparse.Namespace) -> None:
@@ -233,6 +233,27 @@ def _server_stop(args: argparse.Namespace) -> None:
     print("mlflow server stopped")
 
 
+def _docs(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from solomon import experiments
+
+    root = Path(args.root).resolve()
+    spec = experiments.load_spec(root / experiments.SPEC)
+    pages = args.page or list(spec["pages"])
+    unknown = [page for page in pages if page not in spec["pages"]]
+    if unknown:
+        raise SolomonError(f"no page {unknown[0]!r} in {experiments.SPEC}: choose from {', '.join(spec['pages'])}")
+    defaults = experiments.default_values(root)
+    for page in pages:
+        if args.docs_command == "run":
+            with tempfile.TemporaryDirectory(prefix=f"solomon-docs-{page}-") as scratch:
+                measured = experiments.run_page(spec, page, root, Path(scratch) / "repo", root / "docs" / page / "data")
+            for run, figures in measured.items():
+                print(f"{page}/{run}: {figures['wall_s']} s, peak RSS {figures['peak_rss_mib']} MiB")
+        print(f"docs: {experiments.render_page(spec, page, root / 'docs', defaults)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solomon", description="Reproducible small-LM training on CPU.")
     parser.add_argument("--version", action="version", version=f"solomon {__version__}")
@@ -309,6 +330,17 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--top-k", type=_positive_int, help="default: the run's train.samples")
     sample.add_argument("--seed", type=int, default=0, help="same seed, same text")
     sample.set_defaults(func=_generate)
+    docs = commands.add_parser("docs", help="the experiments behind docs/*.md").add_subparsers(
+        dest="docs_command", required=True
+    )
+    for name, text in (
+        ("run", "run a page's `dvc exp run` commands in a scratch copy, keep their results, redraw the page"),
+        ("render", "redraw pages (commands, tables, charts) from their checked-in results; no training"),
+    ):
+        command = docs.add_parser(name, help=text)
+        command.add_argument("page", nargs="*", help="pages of docs/experiments.yaml (default: all)")
+        command.add_argument("--root", default=".", help="the repository (default: here)")
+        command.set_defaults(func=_docs)
     track = commands.add_parser("track", help="MLflow tracking").add_subparsers(dest="track_command", required=True)
     sync = track.add_parser("sync", help="log a run directory to MLflow again, adding only what is missing")
     sync.add_argument("run_id", help="a directory name under reports/training")

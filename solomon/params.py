@@ -187,7 +187,7 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _describe(error: ValidationError) -> str:
+def describe_error(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "(top level)"
     if first["type"] == "extra_forbidden":
@@ -209,4 +209,4 @@ def load_params(path: str | Path = "params.yaml") -> Params:
         return Params.model_validate(raw)
     except ValidationError as exc:
         extra = f" and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
-        raise SolomonError(f"bad {path}: {_describe(exc)}{extra}") from None
+        raise SolomonError(f"bad {path}: {describe_error(exc)}{extra}") from None

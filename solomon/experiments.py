@@ -1,0 +1,268 @@
+"""The experiments behind ``docs/``: each page's runs as exact ``dvc exp run`` commands, run in a scratch copy of
+the pipeline (the default corpus), their results checked in as data beside the page, and the page's commands,
+tables and figures rebuilt from that data alone — so a page can be redrawn without retraining, and cannot show
+numbers its commands did not produce.
+
+``docs/experiments.yaml`` holds ``base`` (params every run sets: small enough for 2 cores) and ``pages``: per page
+its ``runs`` (name → params), ``charts`` and ``columns`` (metrics for the results table). Every command of a page
+sets every key that any of its runs changes, so the commands do not depend on the order they run in, nor on what
+the workspace held before.
+
+Data of a page: ``docs/<page>/data/<run>/`` (metrics.json, train_metrics.json, train_log.tsv, train_evals.jsonl,
+reliability_{val,test}.json, measured.json: command, wall seconds, peak RSS) and ``docs/<page>/data/exp_show.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+import yaml
+from pydantic import ValidationError
+from tabulate import tabulate
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from solomon.atomic import staged_dir, write_json, write_text
+from solomon.errors import SolomonError
+from solomon.params import Params, describe_error, flatten
+from solomon.scratch import make_scratch_repo, merge, pipeline_env
+from solomon.train.run_log import read_evals, read_steps
+
+SPEC = Path("docs/experiments.yaml")
+# The files of a run the page is drawn from: workspace path → name in the run's data directory.
+RESULT_FILES = {
+    "metrics.json": "metrics.json",
+    "reports/train_metrics.json": "train_metrics.json",
+    "reports/train_log.tsv": "train_log.tsv",
+    "reports/train_evals.jsonl": "train_evals.jsonl",
+    "reports/reliability/val.json": "reliability_val.json",
+    "reports/reliability/test.json": "reliability_test.json",
+}
+# `dvc exp show --md` without the columns that only restate the setup (the runs' own params stay).
+EXP_SHOW = ["dvc", "exp", "show", "--md", "--only-changed", "--drop", "Created|State|Executor|bytes|seconds|run_id"]
+# Run `command` and report the largest resident set of any process it started (the train stage, in practice).
+_MEASURE = (
+    "import json, resource, subprocess, sys, time\n"
+    "start = time.monotonic()\n"
+    "code = subprocess.run(sys.argv[1:]).returncode\n"
+    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
+    "print(json.dumps({'returncode': code, 'wall_s': round(time.monotonic() - start, 1),"
+    " 'peak_rss_mib': round(peak, 1)}), file=sys.stderr)\n"
+)
+
+
+def load_spec(path: Path = SPEC) -> dict:
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise SolomonError(f"cannot read {path}: {error}") from None
+    params = yaml.safe_load((path.parent.parent / "params.yaml").read_text(encoding="utf-8"))
+    for page, entry in spec["pages"].items():
+        for run, overrides in entry["runs"].items():
+            try:  # every run's params must be valid before anything trains
+                Params.model_validate(merge(params, _nest(spec["base"] | overrides)))
+            except ValidationError as error:
+                raise SolomonError(f"{path}: page {page}, run {run}: {describe_error(error)}") from None
+    return spec
+
+
+def _nest(flat: dict) -> dict:
+    nested: dict = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def _setting(value) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def commands(spec: dict, page: str, defaults: dict) -> dict[str, str]:
+    """{run: its exact `dvc exp run` command}. ``defaults`` are the flattened params.yaml values: a key another
+    run of the page changes is set to its default explicitly."""
+    runs = spec["pages"][page]["runs"]
+    varied = sorted({key for overrides in runs.values() for key in overrides})
+    result = {}
+    for run, overrides in runs.items():
+        settings = spec["base"] | {key: overrides.get(key, defaults[f"params.{key}"]) for key in varied}
+        flags = " ".join(f"-S {shlex.quote(f'{key}={_setting(value)}')}" for key, value in settings.items())
+        result[run] = f"dvc exp run -n {page}-{run} {flags}"
+    return result
+
+
+def default_values(repo: Path) -> dict:
+    return flatten(yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8")), "params")
+
+
+def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path) -> dict[str, dict]:
+    """Run a page's commands in a scratch copy of ``source``; replace ``data_dir`` with their results."""
+    repo = make_scratch_repo(source, scratch, {})
+    measured = {}
+    with staged_dir(data_dir) as tmp:
+        for run, command in commands(spec, page, default_values(source)).items():
+            print(f"experiments: {command}", flush=True)
+            done = subprocess.run(
+                [sys.executable, "-c", _MEASURE, *shlex.split(command)],
+                cwd=repo,
+                env=pipeline_env(),
+                capture_output=True,
+                text=True,
+            )
+            figures = json.loads(done.stderr.strip().splitlines()[-1])
+            if figures["returncode"] != 0:
+                raise SolomonError(f"`{command}` failed: {done.stderr.strip().splitlines()[-2:]}")
+            measured[run] = {"command": command, **figures}
+            out = tmp / run
+            out.mkdir()
+            for path, name in RESULT_FILES.items():
+                shutil.copyfile(repo / path, out / name)
+            write_json(out / "measured.json", measured[run])
+        table = subprocess.run(EXP_SHOW, cwd=repo, env=pipeline_env(), capture_output=True, text=True, check=True)
+        write_text(tmp / "exp_show.md", table.stdout)
+    return measured
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def read_results(data_dir: Path, runs: list[str]) -> dict[str, dict]:
+    """{run: {metrics, train_metrics, measured, steps, evals, reliability}} from a page's data directory."""
+    results = {}
+    for run in runs:
+        folder = data_dir / run
+        if not folder.is_dir():
+            raise SolomonError(f"no results for run {run} in {data_dir}: run `solomon docs run {data_dir.parent.name}`")
+        results[run] = {
+            "metrics": _read_json(folder / "metrics.json"),
+            "train_metrics": _read_json(folder / "train_metrics.json"),
+            "measured": _read_json(folder / "measured.json"),
+            "steps": read_steps(folder / "train_log.tsv"),
+            "evals": read_evals(folder / "train_evals.jsonl"),
+            "reliability": {split: _read_json(folder / f"reliability_{split}.json") for split in ("val", "test")},
+        }
+    return results
+
+
+def _lookup(result: dict, path: str):
+    value = result
+    for part in path.split("."):
+        value = value[part]
+    return value
+
+
+def results_table(spec: dict, page: str, results: dict[str, dict]) -> str:
+    columns = spec["pages"][page]["columns"]
+    rows = [[run, *(_lookup(result, path) for path in columns.values())] for run, result in results.items()]
+    return tabulate(rows, ["run", *columns], tablefmt="github")
+
+
+def _moving_average(values: list[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each point (fewer at the start): the step loss is noisy."""
+    sums, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value - (values[i - window] if i >= window else 0.0)
+        sums.append(total / min(i + 1, window))
+    return sums
+
+
+def _chart(kind: str, results: dict[str, dict]):
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+    for index, (run, result) in enumerate(results.items()):
+        color = f"C{index}"
+        steps = [row["step"] for row in result["steps"]]
+        if kind == "loss":
+            losses = _moving_average([row["loss"] for row in result["steps"]], 20)
+            ax.plot(steps, losses, color=color, linewidth=1, label=f"{run}: train (mean of 20 steps)")
+            evals = result["evals"]
+            ax.plot(
+                [e["step"] for e in evals],
+                [e["val_loss"] for e in evals],
+                "o--",
+                color=color,
+                markersize=3,
+                linewidth=0.8,
+                label=f"{run}: validation subset",
+            )
+            ax.set_ylabel("loss (nats/token)")
+        elif kind == "lr":
+            ax.plot(steps, [row["lr"] for row in result["steps"]], color=color, label=run)
+            ax.set_ylabel("learning rate")
+        elif kind == "reliability":
+            bins = result["reliability"]["val"]
+            ece = result["metrics"]["val"]["ece"]
+            ax.plot(
+                [b["confidence"] for b in bins],
+                [b["accuracy"] for b in bins],
+                "o-",
+                color=color,
+                markersize=3,
+                label=f"{run} (val ECE {ece:.4f})",
+            )
+        else:
+            raise SolomonError(f"unknown chart {kind!r} in {SPEC}: use loss, lr or reliability")
+    if kind == "reliability":
+        ax.plot([0, 1], [0, 1], "--", color="grey", linewidth=1, label="calibrated")
+        ax.set_xlabel("mean top-1 confidence in the bin (val, equal-mass bins)")
+        ax.set_ylabel("accuracy in the bin")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+    else:
+        ax.set_xlabel("step")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+BLOCK = "<!-- generated by `solomon docs render` from docs/experiments.yaml and {data}: do not edit -->"
+START, END = "<!-- experiments:start -->", "<!-- experiments:end -->"
+
+
+def render_page(spec: dict, page: str, docs_dir: Path, defaults: dict) -> Path:
+    """Rewrite the generated block of ``docs/<page>.md`` and its charts from the page's data alone."""
+    entry = spec["pages"][page]
+    data_dir = docs_dir / page / "data"
+    results = read_results(data_dir, list(entry["runs"]))
+    names = []
+    for kind in entry["charts"]:
+        fig = _chart(kind, results)
+        fig.savefig(docs_dir / page / f"{kind}.png", metadata={"Software": None})
+        plt.close(fig)
+        names.append(kind)
+    lines = [
+        BLOCK.format(data=f"docs/{page}/data/"),
+        "",
+        "From a clean checkout, in the repository root (each command sets every parameter its page varies, so the",
+        "order does not matter; `dvc exp show` then lists them):",
+        "",
+        "```sh",
+        *commands(spec, page, defaults).values(),
+        "```",
+        "",
+        results_table(spec, page, results),
+        "",
+        *(f"![{kind}]({page}/{kind}.png)\n" for kind in names),
+        f"`{' '.join(EXP_SHOW)}` after those runs:",
+        "",
+        (data_dir / "exp_show.md").read_text(encoding="utf-8").strip(),
+    ]
+    page_path = docs_dir / f"{page}.md"
+    text = page_path.read_text(encoding="utf-8")
+    if text.count(START) != 1 or text.count(END) != 1:
+        raise SolomonError(f"{page_path} needs one {START} and one {END} line around its generated block")
+    head, rest = text.split(START)
+    tail = rest.split(END)[1]
+    write_text(page_path, f"{head}{START}\n" + "\n".join(lines) + f"\n{END}{tail}")
+    return page_path

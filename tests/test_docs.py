@@ -1,0 +1,89 @@
+"""The docs pages and their experiments: every page is exactly what its checked-in results and its commands
+render to, and the runner really runs `dvc exp run` commands and keeps what they produced."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from solomon import experiments
+from solomon.errors import SolomonError
+from solomon.params import flatten
+from solomon.scratch import TINY_OVERRIDES
+
+
+def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:
+    """Pages, tables and charts rebuilt from docs/<page>/data/ are byte-identical to the committed ones: no page
+    shows a number or a figure its commands did not produce, and none names a command that was not run."""
+    spec = experiments.load_spec(ROOT / experiments.SPEC)
+    docs = shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    defaults = experiments.default_values(ROOT)
+    for page, entry in spec["pages"].items():
+        experiments.render_page(spec, page, docs, defaults)
+        assert (docs / f"{page}.md").read_bytes() == (ROOT / "docs" / f"{page}.md").read_bytes(), page
+        for chart in entry["charts"]:
+            assert (docs / page / f"{chart}.png").read_bytes() == (ROOT / "docs" / page / f"{chart}.png").read_bytes()
+        for run, command in experiments.commands(spec, page, defaults).items():
+            measured = json.loads((docs / page / "data" / run / "measured.json").read_text())
+            assert measured["command"] == command, f"{page}/{run} was run with another command"
+
+
+def test_the_docs_index_links_every_page() -> None:
+    index = (ROOT / "docs" / "README.md").read_text()
+    for page in experiments.load_spec(ROOT / experiments.SPEC)["pages"]:
+        assert f"({page}.md)" in index
+    assert "(docs/README.md)" in (ROOT / "README.md").read_text()
+
+
+def test_commands_set_every_varied_key_whatever_the_order() -> None:
+    spec = {"base": {"train.max_steps": 5}, "pages": {"p": {"runs": {"a": {"lr.warmup": 1}, "b": {"lr.peak": 0.5}}}}}
+    defaults = {"params.lr.warmup": 200, "params.lr.peak": 0.001, "params.train.max_steps": 4000}
+    assert experiments.commands(spec, "p", defaults) == {
+        "a": "dvc exp run -n p-a -S train.max_steps=5 -S lr.peak=0.001 -S lr.warmup=1",
+        "b": "dvc exp run -n p-b -S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200",
+    }
+
+
+def test_a_spec_with_a_bad_param_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    shutil.copyfile(ROOT / "params.yaml", tmp_path / "params.yaml")
+    spec = {"base": {}, "pages": {"p": {"runs": {"bad": {"train.label_smoothing": 1.5}}}}}
+    (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(SolomonError, match=r"docs/experiments\.yaml: page p, run bad: .*label_smoothing"):
+        experiments.load_spec(tmp_path / "docs/experiments.yaml")
+
+
+def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path: Path) -> None:
+    tiny = flatten(TINY_OVERRIDES) | {"train.max_steps": 6, "train.eval_interval": 3, "tracking.enabled": False}
+    spec = {
+        "base": tiny,
+        "pages": {
+            "smoothing": {
+                "runs": {"ls-0.0": {"train.label_smoothing": 0.0}, "ls-0.2": {"train.label_smoothing": 0.2}},
+                "charts": ["reliability", "loss", "lr"],
+                "columns": {"val ECE": "metrics.val.ece", "peak RSS MiB": "measured.peak_rss_mib"},
+            }
+        },
+    }
+    docs = tmp_path / "docs"
+    measured = experiments.run_page(spec, "smoothing", ROOT, tmp_path / "scratch", docs / "smoothing" / "data")
+    assert set(measured) == {"ls-0.0", "ls-0.2"}
+    assert all(m["peak_rss_mib"] > 50 and m["wall_s"] > 0 for m in measured.values())
+    exp_show = (docs / "smoothing/data/exp_show.md").read_text()
+    assert "smoothing-ls-0.0" in exp_show and "smoothing-ls-0.2" in exp_show
+    results = experiments.read_results(docs / "smoothing/data", ["ls-0.0", "ls-0.2"])
+    # Each run's files are its own: label smoothing changed the trained model, so its held-out loss.
+    assert results["ls-0.0"]["metrics"]["val"]["loss"] != results["ls-0.2"]["metrics"]["val"]["loss"]
+    assert [r["step"] for r in results["ls-0.2"]["steps"]] == list(range(1, 7))
+    (docs / "smoothing.md").write_text(
+        "# Smoothing\n\nprose\n\n<!-- experiments:start -->\nold\n<!-- experiments:end -->\n"
+    )
+    page = experiments.render_page(spec, "smoothing", docs, experiments.default_values(ROOT)).read_text()
+    assert page.startswith("# Smoothing\n\nprose\n") and "old" not in page
+    assert measured["ls-0.2"]["command"] in page and "| ls-0.2 " in page
+    assert all((docs / "smoothing" / f"{chart}.png").stat().st_size > 1000 for chart in ("reliability", "loss", "lr"))
