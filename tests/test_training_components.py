@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,6 +16,7 @@ from solomon.errors import SolomonError
 from solomon.linear_cross_entropy import CHUNK_TOKENS, linear_cross_entropy
 from solomon.model import GPT, GPTConfig
 from solomon.params import EarlyStoppingParams
+from solomon.train import loop
 from solomon.train.checkpoint import CheckpointManager
 from solomon.train.data_order import DataOrder
 from solomon.train.early_stopping import EarlyStopping
@@ -238,3 +240,34 @@ def test_dropout_keeps_1_minus_p_scaled_and_is_seeded() -> None:
     assert torch.equal(drop(x), y)  # the same generator state gives the same mask
     drop.eval()
     assert drop(x) is x
+
+
+class RestartingShuffle(DataOrder):
+    """The classic defect, on purpose and only here: batches drawn from one generator seeded when the run starts,
+    so its position is process state that no checkpoint holds — a resumed run sees the first batches again."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._generator = np.random.Generator(np.random.PCG64(self.seed))
+        self._drawn: dict[int, np.ndarray] = {}
+
+    def offsets(self, step: int) -> np.ndarray:
+        if step not in self._drawn:  # the next batch of the stream, whatever the step number says
+            high = self.n_tokens - self.block_size - 1
+            self._drawn[step] = self._generator.integers(0, high, size=self.batch_size, endpoint=True)
+        return self._drawn[step]
+
+
+@pytest.mark.parametrize(("order", "exact"), [(DataOrder, True), (RestartingShuffle, False)])
+def test_resume_is_exact_with_the_real_data_order_and_the_check_catches_a_restarting_shuffle(
+    tiny_run, tmp_path: Path, monkeypatch, order: type, exact: bool
+) -> None:
+    """30 steps in one go against 20 steps, a new process's worth of state, and 10 more from the checkpoint."""
+    monkeypatch.setattr(loop, "DataOrder", order)
+    params, whole = tiny_run({}, tmp_path / "whole")
+    train(params, whole)
+    short, resumed = tiny_run({"train": {"max_steps": 20}}, tmp_path / "resumed")
+    train(short, resumed)
+    assert train(params, resumed)["resumed_from_step"] == 20
+    model = (whole.model_dir / "model.safetensors").read_bytes()
+    assert ((resumed.model_dir / "model.safetensors").read_bytes() == model) is exact
