@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report image browser helm bench smoke test lint clean-venv mlflow-server mlflow-stop
+.PHONY: setup lock run repro report docs image browser helm bench smoke test lint clean-venv mlflow-server mlflow-stop
 
 setup: $(VENV)/.installed
 
@@ -32,6 +32,11 @@ repro: run
 RUN ?=
 report: setup
 	$(BIN)/solomon report $(if $(RUN),--run $(RUN))
+
+# Redraw docs/*.md (commands, tables, charts) from the experiments' checked-in results; no training.
+# `solomon docs run [PAGE]` re-runs a page's experiments first (minutes per run on 2 cores).
+docs: setup
+	$(BIN)/solomon docs render
 
 # The serving image of RUN (default: the latest run). Needs a Docker engine; the build runs `solomon verify`.
 image: setup
