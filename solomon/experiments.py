@@ -36,6 +36,7 @@ from solomon.scratch import make_scratch_repo, merge, pipeline_env
 from solomon.train.run_log import read_evals, read_steps
 
 SPEC = Path("docs/experiments.yaml")
+CHARTS = ("loss", "lr", "reliability")
 # The files of a run the page is drawn from: workspace path → name in the run's data directory.
 RESULT_FILES = {
     "metrics.json": "metrics.json",
@@ -63,8 +64,16 @@ def load_spec(path: Path = SPEC) -> dict:
         spec = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
         raise SolomonError(f"cannot read {path}: {error}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("base"), dict) or not isinstance(spec.get("pages"), dict):
+        raise SolomonError(f"{path} needs a `base` mapping of params and a `pages` mapping (see docs/README.md)")
     params = yaml.safe_load((path.parent.parent / "params.yaml").read_text(encoding="utf-8"))
     for page, entry in spec["pages"].items():
+        missing = [key for key in ("runs", "charts", "columns") if not isinstance(entry, dict) or key not in entry]
+        if missing:
+            raise SolomonError(f"{path}: page {page} has no `{missing[0]}`: give runs, charts and columns")
+        unknown = [chart for chart in entry["charts"] if chart not in CHARTS]
+        if unknown:
+            raise SolomonError(f"{path}: page {page}: unknown chart {unknown[0]!r}; use {', '.join(CHARTS)}")
         for run, overrides in entry["runs"].items():
             try:  # every run's params must be valid before anything trains
                 Params.model_validate(merge(params, _nest(spec["base"] | overrides)))
@@ -108,6 +117,8 @@ def default_values(repo: Path) -> dict:
 def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path) -> dict[str, dict]:
     """Run a page's commands in a scratch copy of ``source``; replace ``data_dir`` with their results."""
     repo = make_scratch_repo(source, scratch, {})
+    # The data stages first, once, so that each run's wall time is its own training, evaluation and report.
+    subprocess.run(["dvc", "repro", "datacard"], cwd=repo, env=pipeline_env(), capture_output=True, check=True)
     measured = {}
     with staged_dir(data_dir) as tmp:
         for run, command in commands(spec, page, default_values(source)).items():
@@ -199,7 +210,7 @@ def _chart(kind: str, results: dict[str, dict]):
         elif kind == "lr":
             ax.plot(steps, [row["lr"] for row in result["steps"]], color=color, label=run)
             ax.set_ylabel("learning rate")
-        elif kind == "reliability":
+        else:  # reliability
             bins = result["reliability"]["val"]
             ece = result["metrics"]["val"]["ece"]
             ax.plot(
@@ -210,8 +221,10 @@ def _chart(kind: str, results: dict[str, dict]):
                 markersize=3,
                 label=f"{run} (val ECE {ece:.4f})",
             )
-        else:
-            raise SolomonError(f"unknown chart {kind!r} in {SPEC}: use loss, lr or reliability")
+    if kind == "loss":  # from just under the lowest train loss to above the first evaluation: not the first steps
+        lowest = min(min(_moving_average([r["loss"] for r in res["steps"]], 20)) for res in results.values())
+        highest = max(e["val_loss"] for res in results.values() for e in res["evals"])
+        ax.set_ylim(lowest - 0.1, highest + 0.2)
     if kind == "reliability":
         ax.plot([0, 1], [0, 1], "--", color="grey", linewidth=1, label="calibrated")
         ax.set_xlabel("mean top-1 confidence in the bin (val, equal-mass bins)")

@@ -54,7 +54,15 @@ def test_a_spec_with_a_bad_param_is_refused_before_anything_runs(tmp_path: Path)
     shutil.copyfile(ROOT / "params.yaml", tmp_path / "params.yaml")
     spec = {"base": {}, "pages": {"p": {"runs": {"bad": {"train.label_smoothing": 1.5}}}}}
     (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(SolomonError, match=r"docs/experiments\.yaml: page p has no `charts`"):
+        experiments.load_spec(tmp_path / "docs/experiments.yaml")
+    spec["pages"]["p"] |= {"charts": ["loss"], "columns": {}}
+    (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
     with pytest.raises(SolomonError, match=r"docs/experiments\.yaml: page p, run bad: .*label_smoothing"):
+        experiments.load_spec(tmp_path / "docs/experiments.yaml")
+    spec["pages"]["p"] |= {"charts": ["loss", "pie"], "runs": {}}
+    (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(SolomonError, match="unknown chart 'pie'; use loss, lr, reliability"):
         experiments.load_spec(tmp_path / "docs/experiments.yaml")
 
 
