@@ -267,9 +267,11 @@ def render_page(spec: dict, page: str, docs_dir: Path, defaults: dict) -> Path:
         results_table(spec, page, results),
         "",
         *(f"![{kind}]({page}/{kind}.png)\n" for kind in names),
-        f"`{' '.join(EXP_SHOW)}` after those runs:",
+        "<details><summary>The full table: <code>" + " ".join(EXP_SHOW) + "</code> after those runs</summary>",
         "",
         (data_dir / "exp_show.md").read_text(encoding="utf-8").strip(),
+        "",
+        "</details>",
     ]
     page_path = docs_dir / f"{page}.md"
     text = page_path.read_text(encoding="utf-8")
