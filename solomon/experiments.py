@@ -31,11 +31,13 @@ import matplotlib.pyplot as plt
 
 from solomon.atomic import staged_dir, write_json, write_text
 from solomon.errors import SolomonError
+from solomon.hashing import sha256_file
 from solomon.params import Params, describe_error, flatten
 from solomon.scratch import make_scratch_repo, merge, pipeline_env
 from solomon.train.run_log import read_evals, read_steps
 
 SPEC = Path("docs/experiments.yaml")
+RUN_OPTIONS = frozenset({"fresh", "kill_after_step"})
 CHARTS = ("loss", "lr", "reliability")
 # The files of a run the page is drawn from: workspace path → name in the run's data directory.
 RESULT_FILES = {
@@ -74,7 +76,14 @@ def load_spec(path: Path = SPEC) -> dict:
         unknown = [chart for chart in entry["charts"] if chart not in CHARTS]
         if unknown:
             raise SolomonError(f"{path}: page {page}: unknown chart {unknown[0]!r}; use {', '.join(CHARTS)}")
-        for run, overrides in entry["runs"].items():
+        for run, value in entry["runs"].items():
+            overrides, options = run_entry(value)
+            unknown_options = set(options) - RUN_OPTIONS
+            if unknown_options:
+                raise SolomonError(
+                    f"{path}: page {page}, run {run}: unknown option {sorted(unknown_options)[0]!r}; "
+                    f"use {', '.join(sorted(RUN_OPTIONS))}"
+                )
             try:  # every run's params must be valid before anything trains
                 Params.model_validate(merge(params, _nest(spec["base"] | overrides)))
             except ValidationError as error:
@@ -97,16 +106,34 @@ def _setting(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
-def commands(spec: dict, page: str, defaults: dict) -> dict[str, str]:
-    """{run: its exact `dvc exp run` command}. ``defaults`` are the flattened params.yaml values: a key another
-    run of the page changes is set to its default explicitly."""
-    runs = spec["pages"][page]["runs"]
-    varied = sorted({key for overrides in runs.values() for key in overrides})
+def run_entry(value: dict) -> tuple[dict, dict]:
+    """(params, options) of a run: a plain mapping is its params; ``{params: …, fresh: …, kill_after_step: …}``
+    adds options."""
+    if "params" in value:
+        return value["params"], {k: v for k, v in value.items() if k != "params"}
+    return value, {}
+
+
+def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
+    """{run: its exact shell command lines, the last one making its results}. ``defaults`` are the flattened
+    params.yaml values: a key another run of the page changes is set to its default explicitly.
+
+    Options: ``fresh`` removes the resumable training state first (`checkpoints/`), so the run starts at step 1;
+    ``kill_after_step: N`` first runs the same experiment with the training process SIGKILLing itself after step
+    N (``SOLOMON_CRASH_AT``, the fault hook the resume tests use), then runs it again, which resumes."""
+    runs = {run: run_entry(value) for run, value in spec["pages"][page]["runs"].items()}
+    varied = sorted({key for overrides, _ in runs.values() for key in overrides})
     result = {}
-    for run, overrides in runs.items():
+    for run, (overrides, options) in runs.items():
         settings = spec["base"] | {key: overrides.get(key, defaults[f"params.{key}"]) for key in varied}
         flags = " ".join(f"-S {shlex.quote(f'{key}={_setting(value)}')}" for key, value in settings.items())
-        result[run] = f"dvc exp run -n {page}-{run} {flags}"
+        fresh = "rm -rf checkpoints && " if options.get("fresh") else ""
+        lines = [f"dvc exp run -n {page}-{run} {flags}"]
+        if "kill_after_step" in options:
+            step = int(options["kill_after_step"])
+            lines.insert(0, f"SOLOMON_CRASH_AT=after-step:{step} dvc exp run -n {page}-{run}-killed {flags}")
+        lines[0] = fresh + lines[0]
+        result[run] = lines
     return result
 
 
@@ -121,19 +148,27 @@ def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path)
     subprocess.run(["dvc", "repro", "datacard"], cwd=repo, env=pipeline_env(), capture_output=True, check=True)
     measured = {}
     with staged_dir(data_dir) as tmp:
-        for run, command in commands(spec, page, default_values(source)).items():
-            print(f"experiments: {command}", flush=True)
-            done = subprocess.run(
-                [sys.executable, "-c", _MEASURE, *shlex.split(command)],
-                cwd=repo,
-                env=pipeline_env(),
-                capture_output=True,
-                text=True,
-            )
-            figures = json.loads(done.stderr.strip().splitlines()[-1])
-            if figures["returncode"] != 0:
-                raise SolomonError(f"`{command}` failed: {done.stderr.strip().splitlines()[-2:]}")
-            measured[run] = {"command": command, **figures}
+        for run, lines in commands(spec, page, default_values(source)).items():
+            before = []
+            for line in lines:
+                print(f"experiments: {line}", flush=True)
+                done = subprocess.run(
+                    [sys.executable, "-c", _MEASURE, "bash", "-c", line],
+                    cwd=repo,
+                    env=pipeline_env(),
+                    capture_output=True,
+                    text=True,
+                )
+                figures = {"command": line, **json.loads(done.stderr.strip().splitlines()[-1])}
+                killed = "SOLOMON_CRASH_AT=" in line
+                if (figures["returncode"] != 0) != killed:  # a killed run must fail, every other must succeed
+                    raise SolomonError(
+                        f"`{line}` exited {figures['returncode']}: {done.stderr.strip().splitlines()[-2:]}"
+                    )
+                before.append(figures)
+            measured[run] = before.pop() | {"model_sha256": sha256_file(repo / "models/model.safetensors")}
+            if before:
+                measured[run]["before"] = before
             out = tmp / run
             out.mkdir()
             for path, name in RESULT_FILES.items():
@@ -258,10 +293,10 @@ def render_page(spec: dict, page: str, docs_dir: Path, defaults: dict) -> Path:
         BLOCK.format(data=f"docs/{page}/data/"),
         "",
         "From a clean checkout, in the repository root (each command sets every parameter its page varies, so the",
-        "order does not matter; `dvc exp show` then lists them):",
+        "runs can go in any order, a run's own lines in the order shown; `dvc exp show` then lists them):",
         "",
         "```sh",
-        *commands(spec, page, defaults).values(),
+        *(line for lines in commands(spec, page, defaults).values() for line in lines),
         "```",
         "",
         results_table(spec, page, results),

@@ -28,9 +28,10 @@ def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:
         assert (docs / f"{page}.md").read_bytes() == (ROOT / "docs" / f"{page}.md").read_bytes(), page
         for chart in entry["charts"]:
             assert (docs / page / f"{chart}.png").read_bytes() == (ROOT / "docs" / page / f"{chart}.png").read_bytes()
-        for run, command in experiments.commands(spec, page, defaults).items():
+        for run, lines in experiments.commands(spec, page, defaults).items():
             measured = json.loads((docs / page / "data" / run / "measured.json").read_text())
-            assert measured["command"] == command, f"{page}/{run} was run with another command"
+            ran = [line["command"] for line in measured.get("before", [])] + [measured["command"]]
+            assert ran == lines, f"{page}/{run} was run with other commands"
 
 
 def test_the_docs_index_links_every_page() -> None:
@@ -44,9 +45,15 @@ def test_commands_set_every_varied_key_whatever_the_order() -> None:
     spec = {"base": {"train.max_steps": 5}, "pages": {"p": {"runs": {"a": {"lr.warmup": 1}, "b": {"lr.peak": 0.5}}}}}
     defaults = {"params.lr.warmup": 200, "params.lr.peak": 0.001, "params.train.max_steps": 4000}
     assert experiments.commands(spec, "p", defaults) == {
-        "a": "dvc exp run -n p-a -S train.max_steps=5 -S lr.peak=0.001 -S lr.warmup=1",
-        "b": "dvc exp run -n p-b -S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200",
+        "a": ["dvc exp run -n p-a -S train.max_steps=5 -S lr.peak=0.001 -S lr.warmup=1"],
+        "b": ["dvc exp run -n p-b -S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200"],
     }
+    spec["pages"]["p"]["runs"]["b"] = {"params": {"lr.peak": 0.5}, "fresh": True, "kill_after_step": 3}
+    flags = "-S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200"
+    assert experiments.commands(spec, "p", defaults)["b"] == [
+        f"rm -rf checkpoints && SOLOMON_CRASH_AT=after-step:3 dvc exp run -n p-b-killed {flags}",
+        f"dvc exp run -n p-b {flags}",
+    ]
 
 
 def test_a_spec_with_a_bad_param_is_refused_before_anything_runs(tmp_path: Path) -> None:
@@ -67,12 +74,22 @@ def test_a_spec_with_a_bad_param_is_refused_before_anything_runs(tmp_path: Path)
 
 
 def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path: Path) -> None:
-    tiny = flatten(TINY_OVERRIDES) | {"train.max_steps": 6, "train.eval_interval": 3, "tracking.enabled": False}
+    tiny = flatten(TINY_OVERRIDES) | {
+        "train.max_steps": 6,
+        "train.eval_interval": 3,
+        "train.ckpt_interval": 2,
+        "tracking.enabled": False,
+    }
+    killed = {"params": {"train.label_smoothing": 0.0}, "fresh": True, "kill_after_step": 5}
     spec = {
         "base": tiny,
         "pages": {
             "smoothing": {
-                "runs": {"ls-0.0": {"train.label_smoothing": 0.0}, "ls-0.2": {"train.label_smoothing": 0.2}},
+                "runs": {
+                    "ls-0.0": {"train.label_smoothing": 0.0},
+                    "ls-0.2": {"train.label_smoothing": 0.2},
+                    "ls-0.0-resumed": killed,
+                },
                 "charts": ["reliability", "loss", "lr"],
                 "columns": {"val ECE": "metrics.val.ece", "peak RSS MiB": "measured.peak_rss_mib"},
             }
@@ -80,11 +97,18 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     }
     docs = tmp_path / "docs"
     measured = experiments.run_page(spec, "smoothing", ROOT, tmp_path / "scratch", docs / "smoothing" / "data")
-    assert set(measured) == {"ls-0.0", "ls-0.2"}
+    assert set(measured) == {"ls-0.0", "ls-0.2", "ls-0.0-resumed"}
+    # Killed after step 5 by a real SIGKILL, then the same `dvc exp run` again: it resumed from the checkpoint of
+    # step 4 and ended with the very bytes of the run that was never interrupted.
+    (crash,) = measured["ls-0.0-resumed"]["before"]
+    assert crash["returncode"] != 0 and crash["command"].startswith("rm -rf checkpoints && SOLOMON_CRASH_AT=")
+    assert measured["ls-0.0-resumed"]["model_sha256"] == measured["ls-0.0"]["model_sha256"]
+    assert measured["ls-0.2"]["model_sha256"] != measured["ls-0.0"]["model_sha256"]
     assert all(m["peak_rss_mib"] > 50 and m["wall_s"] > 0 for m in measured.values())
     exp_show = (docs / "smoothing/data/exp_show.md").read_text()
     assert "smoothing-ls-0.0" in exp_show and "smoothing-ls-0.2" in exp_show
-    results = experiments.read_results(docs / "smoothing/data", ["ls-0.0", "ls-0.2"])
+    results = experiments.read_results(docs / "smoothing/data", ["ls-0.0", "ls-0.2", "ls-0.0-resumed"])
+    assert results["ls-0.0-resumed"]["train_metrics"]["resumed_from_step"] == 4
     # Each run's files are its own: label smoothing changed the trained model, so its held-out loss.
     assert results["ls-0.0"]["metrics"]["val"]["loss"] != results["ls-0.2"]["metrics"]["val"]["loss"]
     assert [r["step"] for r in results["ls-0.2"]["steps"]] == list(range(1, 7))
@@ -93,5 +117,5 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     )
     page = experiments.render_page(spec, "smoothing", docs, experiments.default_values(ROOT)).read_text()
     assert page.startswith("# Smoothing\n\nprose\n") and "old" not in page
-    assert measured["ls-0.2"]["command"] in page and "| ls-0.2 " in page
+    assert measured["ls-0.2"]["command"] in page and "| ls-0.2 " in page and crash["command"] in page
     assert all((docs / "smoothing" / f"{chart}.png").stat().st_size > 1000 for chart in ("reliability", "loss", "lr"))
