@@ -110,12 +110,22 @@ def _bench(args: argparse.Namespace) -> None:
     print(f"written: {out}")
 
 
+def _run_dir(args: argparse.Namespace) -> Path:
+    """The run directory given, else the one ``reports/latest.json`` (under --root) names."""
+    if args.run_dir:
+        return Path(args.run_dir)
+    latest = Path(args.root) / "reports/latest.json"
+    if not latest.is_file():
+        raise SolomonError(f"{latest} not found: run the pipeline first (`make run`), or name a run directory")
+    return Path(args.root) / json.loads(latest.read_text(encoding="utf-8"))["path"]
+
+
 def _verify(args: argparse.Namespace) -> None:
     from solomon.report.verify import verify
 
     names = set(args.artifact) if args.artifact else None
     public_key = Path(args.public_key) if args.public_key else None
-    result = verify(Path(args.run_dir), Path(args.root), names, args.expect_digest, public_key)
+    result = verify(_run_dir(args), Path(args.root), names, args.expect_digest, public_key)
     for problem in result.problems:
         print(f"FAIL {problem}")
     if result.problems:
@@ -142,7 +152,7 @@ def _promote(args: argparse.Namespace) -> None:
 
     policy = load_params(args.params).promote
     try:
-        done = promote(Path(args.run_dir), policy, Path(args.root))
+        done = promote(_run_dir(args), policy, Path(args.root))
     except Refused as refusal:
         print(f"promote refused: {refusal}")
         raise SystemExit(1) from None
@@ -286,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "verify", help="recompute every SHA256 in a run's manifest: exit 0 only when all match, else one line each"
     )
-    check.add_argument("run_dir", help="reports/training/<run-id>")
+    check.add_argument("run_dir", nargs="?", help="reports/training/<run-id> (default: the latest run)")
     check.add_argument("--root", default=".", help="the repository (workspace and DVC cache); default: here")
     check.add_argument(
         "--artifact",
@@ -305,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate = commands.add_parser(
         "promote", help="verify, check promote.* thresholds and the champion, then register and move the alias"
     )
-    gate.add_argument("run_dir", help="reports/training/<run-id>")
+    gate.add_argument("run_dir", nargs="?", help="reports/training/<run-id> (default: the latest run)")
     gate.add_argument("--root", default=".", help="the repository (workspace and DVC cache); default: here")
     gate.add_argument("--params", default="params.yaml", help="where promote.* is read from")
     gate.set_defaults(func=_promote)

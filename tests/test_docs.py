@@ -32,6 +32,10 @@ def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:
             measured = json.loads((docs / page / "data" / run / "measured.json").read_text())
             ran = [line["command"] for line in measured.get("before", [])] + [measured["command"]]
             assert ran == lines, f"{page}/{run} was run with other commands"
+            then = experiments.run_entry(entry["runs"][run])[1].get("then", [])
+            if then:
+                transcript = (docs / page / "data" / run / experiments.THEN_LOG).read_text().splitlines()
+                assert [line[2:] for line in transcript if line.startswith("$ ")] == then, f"{page}/{run} checks"
 
 
 def test_the_docs_index_links_every_page() -> None:
@@ -87,7 +91,10 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
             "smoothing": {
                 "runs": {
                     "ls-0.0": {"train.label_smoothing": 0.0},
-                    "ls-0.2": {"train.label_smoothing": 0.2},
+                    "ls-0.2": {
+                        "params": {"train.label_smoothing": 0.2},
+                        "then": ["solomon verify --artifact models/model.safetensors"],
+                    },
                     "ls-0.0-resumed": killed,
                 },
                 "charts": ["reliability", "loss", "lr"],
@@ -109,6 +116,8 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     assert "smoothing-ls-0.0" in exp_show and "smoothing-ls-0.2" in exp_show
     results = experiments.read_results(docs / "smoothing/data", ["ls-0.0", "ls-0.2", "ls-0.0-resumed"])
     assert results["ls-0.0-resumed"]["train_metrics"]["resumed_from_step"] == 4
+    then = (docs / "smoothing/data/ls-0.2/then.log").read_text()
+    assert then.startswith("$ solomon verify --artifact models/model.safetensors\n") and "verified 1 artifacts" in then
     # Each run's files are its own: label smoothing changed the trained model, so its held-out loss.
     assert results["ls-0.0"]["metrics"]["val"]["loss"] != results["ls-0.2"]["metrics"]["val"]["loss"]
     assert [r["step"] for r in results["ls-0.2"]["steps"]] == list(range(1, 7))
@@ -118,4 +127,5 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     page = experiments.render_page(spec, "smoothing", docs, experiments.default_values(ROOT)).read_text()
     assert page.startswith("# Smoothing\n\nprose\n") and "old" not in page
     assert measured["ls-0.2"]["command"] in page and "| ls-0.2 " in page and crash["command"] in page
+    assert then.strip() in page
     assert all((docs / "smoothing" / f"{chart}.png").stat().st_size > 1000 for chart in ("reliability", "loss", "lr"))

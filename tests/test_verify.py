@@ -78,6 +78,18 @@ def test_a_subset_and_bad_input(repo_copy: Path) -> None:
     assert done.returncode == 1 and "FAIL models/nothing.bin: not in the manifest" in done.stdout
     done = verify(repo_copy, repo_copy / "reports")
     assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+    # No run named: the latest run (reports/latest.json); without one, a one-line error.
+    done = subprocess.run(
+        [SOLOMON, "verify", "--artifact", "models/model.safetensors"],
+        cwd=repo_copy,
+        env=pipeline_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stdout.startswith(f"{run_dir.name}: verified 1 artifacts"), done.stderr
+    (repo_copy / "reports/latest.json").unlink()
+    done = subprocess.run([SOLOMON, "verify"], cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
+    assert done.returncode == 2 and "reports/latest.json not found" in done.stderr
 
 
 def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(repo_copy: Path) -> None:
