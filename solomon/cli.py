@@ -110,14 +110,18 @@ def _bench(args: argparse.Namespace) -> None:
     print(f"written: {out}")
 
 
+def _latest_run(latest: Path, otherwise: str) -> dict:
+    """``reports/latest.json``: the newest run's id and path."""
+    if not latest.is_file():
+        raise SolomonError(f"{latest} not found: run the pipeline first (`make run`), or {otherwise}")
+    return json.loads(latest.read_text(encoding="utf-8"))
+
+
 def _run_dir(args: argparse.Namespace) -> Path:
     """The run directory given, else the one ``reports/latest.json`` (under --root) names."""
     if args.run_dir:
         return Path(args.run_dir)
-    latest = Path(args.root) / "reports/latest.json"
-    if not latest.is_file():
-        raise SolomonError(f"{latest} not found: run the pipeline first (`make run`), or name a run directory")
-    return Path(args.root) / json.loads(latest.read_text(encoding="utf-8"))["path"]
+    return Path(args.root) / _latest_run(Path(args.root) / "reports/latest.json", "name a run directory")["path"]
 
 
 def _verify(args: argparse.Namespace) -> None:
@@ -180,16 +184,10 @@ def _positive_float(text: str) -> float:
 
 
 def _report(args: argparse.Namespace) -> None:
-    from solomon.errors import SolomonError
     from solomon.report.run import render_pages
 
     root = Path(args.root)
-    run_id = args.run
-    if run_id is None:
-        latest = Path(args.latest)
-        if not latest.is_file():
-            raise SolomonError(f"{latest} not found: run the pipeline first (`make run`), or pass --run <run-id>")
-        run_id = json.loads(latest.read_text(encoding="utf-8"))["run_id"]
+    run_id = args.run or _latest_run(Path(args.latest), "pass --run <run-id>")["run_id"]
     run_dir = root / run_id
     if not (run_dir / "manifest.json").is_file():
         raise SolomonError(f"{run_dir} has no manifest.json: pass a run directory name from {root}")

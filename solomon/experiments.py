@@ -30,9 +30,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from solomon.atomic import staged_dir, write_json, write_text
-from solomon.errors import SolomonError
+from solomon.errors import SolomonError, last_line
 from solomon.hashing import sha256_file
 from solomon.params import Params, describe_error, flatten
+from solomon.report.run import read_reliability
 from solomon.scratch import make_scratch_repo, merge, pipeline_env
 from solomon.train.run_log import read_evals, read_steps
 
@@ -160,12 +161,12 @@ def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path)
                     capture_output=True,
                     text=True,
                 )
-                figures = {"command": line, **json.loads(done.stderr.strip().splitlines()[-1])}
+                *output, report = done.stderr.strip().splitlines()  # the measuring wrapper's JSON comes last
+                figures = {"command": line, **json.loads(report)}
                 killed = "SOLOMON_CRASH_AT=" in line
                 if (figures["returncode"] != 0) != killed:  # a killed run must fail, every other must succeed
-                    raise SolomonError(
-                        f"`{line}` exited {figures['returncode']}: {done.stderr.strip().splitlines()[-2:]}"
-                    )
+                    message = last_line("\n".join(output))
+                    raise SolomonError(f"`{line}` exited {figures['returncode']}: {message}")
                 before.append(figures)
             measured[run] = before.pop() | {"model_sha256": sha256_file(repo / "models/model.safetensors")}
             if before:
@@ -198,7 +199,7 @@ def _run_then(lines: list[str], repo: Path) -> str:
             text=True,
         )
         if done.returncode != 0:
-            raise SolomonError(f"`{line}` exited {done.returncode}: {done.stdout.strip().splitlines()[-1:]}")
+            raise SolomonError(f"`{line}` exited {done.returncode}: {last_line(done.stdout)}")
         transcript += [f"$ {line}", done.stdout.rstrip()]
     return "\n".join(transcript) + "\n"
 
@@ -220,7 +221,7 @@ def read_results(data_dir: Path, runs: list[str]) -> dict[str, dict]:
             "measured": _read_json(folder / "measured.json"),
             "steps": read_steps(folder / "train_log.tsv"),
             "evals": read_evals(folder / "train_evals.jsonl"),
-            "reliability": {split: _read_json(folder / f"reliability_{split}.json") for split in ("val", "test")},
+            "reliability": read_reliability(folder),
         }
     return results
 
@@ -249,12 +250,12 @@ def _moving_average(values: list[float], window: int) -> list[float]:
 
 def _chart(kind: str, results: dict[str, dict]):
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+    smoothed = {run: _moving_average([row["loss"] for row in result["steps"]], 20) for run, result in results.items()}
     for index, (run, result) in enumerate(results.items()):
         color = f"C{index}"
         steps = [row["step"] for row in result["steps"]]
         if kind == "loss":
-            losses = _moving_average([row["loss"] for row in result["steps"]], 20)
-            ax.plot(steps, losses, color=color, linewidth=1, label=f"{run}: train (mean of 20 steps)")
+            ax.plot(steps, smoothed[run], color=color, linewidth=1, label=f"{run}: train (mean of 20 steps)")
             evals = result["evals"]
             ax.plot(
                 [e["step"] for e in evals],
@@ -281,7 +282,7 @@ def _chart(kind: str, results: dict[str, dict]):
                 label=f"{run} (val ECE {ece:.4f})",
             )
     if kind == "loss":  # from just under the lowest train loss to above the first evaluation: not the first steps
-        lowest = min(min(_moving_average([r["loss"] for r in res["steps"]], 20)) for res in results.values())
+        lowest = min(min(losses) for losses in smoothed.values())
         highest = max(e["val_loss"] for res in results.values() for e in res["evals"])
         ax.set_ylim(lowest - 0.1, highest + 0.2)
     if kind == "reliability":
