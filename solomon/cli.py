@@ -12,7 +12,7 @@ from solomon.errors import SolomonError, run_main
 
 
 def _smoke(args: argparse.Namespace) -> None:
-    from solomon.smoke import smoke
+    from solomon.tools.smoke import smoke
 
     keep_run = Path(args.keep_run).resolve() if args.keep_run else None
     result = smoke(Path(args.source).resolve(), keep=args.keep, keep_run=keep_run)
@@ -20,7 +20,7 @@ def _smoke(args: argparse.Namespace) -> None:
 
 
 def _review(args: argparse.Namespace) -> None:
-    from solomon.review import NotesApi, post_or_update, render_note
+    from solomon.tools.review import NotesApi, post_or_update, render_note
 
     pipeline = os.environ.get("CI_PIPELINE_URL")
     footer = f"<sub>Pipeline {pipeline}; this note is edited in place on every push.</sub>" if pipeline else ""
@@ -48,8 +48,8 @@ def _bench(args: argparse.Namespace) -> None:
     from tabulate import tabulate
 
     from solomon.atomic import write_json
-    from solomon.bench import stage_overheads, training_throughput
     from solomon.params import load_params
+    from solomon.tools.bench import stage_overheads, training_throughput
 
     params = load_params(args.params)
     result = {"measured_utc": datetime.now(UTC).isoformat(timespec="seconds")}
@@ -125,7 +125,7 @@ def _run_dir(args: argparse.Namespace) -> Path:
 
 
 def _verify(args: argparse.Namespace) -> None:
-    from solomon.report.verify import verify
+    from solomon.audit.verify import verify
 
     names = set(args.artifact) if args.artifact else None
     public_key = Path(args.public_key) if args.public_key else None
@@ -139,8 +139,8 @@ def _verify(args: argparse.Namespace) -> None:
 
 
 def _sign(args: argparse.Namespace) -> None:
+    from solomon.audit.signing import sign
     from solomon.errors import SolomonError
-    from solomon.report.signing import sign
 
     password = None
     if args.password_env:
@@ -151,8 +151,8 @@ def _sign(args: argparse.Namespace) -> None:
 
 
 def _promote(args: argparse.Namespace) -> None:
+    from solomon.audit.promote import Refused, promote
     from solomon.params import load_params
-    from solomon.promote import Refused, promote
 
     policy = load_params(args.params).promote
     try:
@@ -165,7 +165,7 @@ def _promote(args: argparse.Namespace) -> None:
 
 
 def _generate(args: argparse.Namespace) -> None:
-    from solomon.generate import generate_text
+    from solomon.serving.generate import generate_text
 
     text = generate_text(
         Path(args.run), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, args.seed
@@ -222,7 +222,7 @@ def _key_value(text: str) -> str:
 
 
 def _server_start(args: argparse.Namespace) -> None:
-    from solomon.mlflow_server import start_to_pid_file
+    from solomon.tracking.server import start_to_pid_file
 
     backend = args.backend or f"sqlite:///{Path('mlflow-server.db').resolve()}"
     pid = start_to_pid_file(
@@ -235,7 +235,7 @@ def _server_start(args: argparse.Namespace) -> None:
 
 
 def _server_stop(args: argparse.Namespace) -> None:
-    from solomon.mlflow_server import stop_from_pid_file
+    from solomon.tracking.server import stop_from_pid_file
 
     stop_from_pid_file(Path(args.pid_file))
     print("mlflow server stopped")
@@ -244,7 +244,7 @@ def _server_stop(args: argparse.Namespace) -> None:
 def _docs(args: argparse.Namespace) -> None:
     import tempfile
 
-    from solomon import experiments
+    from solomon.tools import experiments
 
     root = Path(args.root).resolve()
     spec = experiments.load_spec(root / experiments.SPEC)

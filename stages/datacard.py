@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from solomon.datacard import build
+from solomon.data.datacard import build
 from solomon.errors import run_main
 from solomon.params import load_params
 

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from solomon.errors import run_main
-from solomon.evaluate import evaluate
+from solomon.evaluation.evaluate import evaluate
 from solomon.params import load_params
 
 

@@ -3,7 +3,7 @@
 import argparse
 from pathlib import Path
 
-from solomon.corpus import prepare, write_prepared
+from solomon.data.corpus import prepare, write_prepared
 from solomon.errors import run_main
 from solomon.params import load_params
 

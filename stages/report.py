@@ -5,7 +5,7 @@ import argparse
 import json
 from pathlib import Path
 
-from solomon.corpus import source_files
+from solomon.data.corpus import source_files
 from solomon.errors import run_main
 from solomon.params import load_params
 from solomon.report.run import Provenance, create_run

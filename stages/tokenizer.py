@@ -3,9 +3,9 @@
 import argparse
 from pathlib import Path
 
+from solomon.data.tokenizer import build
 from solomon.errors import run_main
 from solomon.params import load_params
-from solomon.tokenizer import build
 
 
 def main() -> None:

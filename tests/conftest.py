@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from solomon.scratch import TINY_OVERRIDES, make_scratch_repo, run
+from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, run
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = str(Path(sys.executable).parent / "dvc")
@@ -72,7 +72,7 @@ def tiny_run(built_repo: Path, tmp_path: Path):
     import yaml
 
     from solomon.params import Params
-    from solomon.scratch import merge
+    from solomon.tools.scratch import merge
     from solomon.train.loop import TrainPaths
 
     def make(overrides: dict | None = None, out: Path | None = None):

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from solomon.bench import MATMUL_OPS
-from solomon.scratch import pipeline_env
+from solomon.tools.bench import MATMUL_OPS
+from solomon.tools.scratch import pipeline_env
 
 
 def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) -> None:

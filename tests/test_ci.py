@@ -16,7 +16,7 @@ import yaml
 from conftest import ROOT, dvc, flip_last_byte, latest_run_dir
 from mlflow.tracking import MlflowClient
 
-from solomon.scratch import pipeline_env, write_params
+from solomon.tools.scratch import pipeline_env, write_params
 
 BIN = Path(sys.executable).parent
 CI_FILE = ROOT / ".gitlab-ci.yml"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from solomon.corpus import normalise, prepare, read_kjv, split_of
+from solomon.data.corpus import normalise, prepare, read_kjv, split_of
 from solomon.errors import SolomonError
 from solomon.params import CorpusParams
 

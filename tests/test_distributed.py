@@ -15,7 +15,7 @@ import yaml
 from conftest import DVC, digest, dvc
 from test_resume import logged_steps, run_train, train_args, wait_for_steps, workdir
 
-from solomon.scratch import merge, pipeline_env
+from solomon.tools.scratch import merge, pipeline_env
 
 TWO_RANKS = {"train": {"nproc": 2, "accum_steps": 1, "threads": 1}}
 ONE_RANK_ACCUM_2 = {"train": {"nproc": 1, "accum_steps": 2, "threads": 1}}

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from solomon import experiments
 from solomon.errors import SolomonError
 from solomon.params import flatten
-from solomon.scratch import TINY_OVERRIDES
+from solomon.tools import experiments
+from solomon.tools.scratch import TINY_OVERRIDES
 
 
 def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from solomon.calibration import ReliabilityBins, calibration_errors
+from solomon.data.tokenizer import token_byte_lengths, train_tokenizer
 from solomon.errors import SolomonError
-from solomon.heldout import HeldOutScore, _windows, evaluate_tokens, predictions
-from solomon.model import GPT, GPTConfig
+from solomon.evaluation.calibration import ReliabilityBins, calibration_errors
+from solomon.evaluation.heldout import HeldOutScore, _windows, evaluate_tokens, predictions
+from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import TokenizerParams
-from solomon.tokenizer import token_byte_lengths, train_tokenizer
 
 
 def test_windows_cover_each_target_once() -> None:

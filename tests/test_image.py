@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import ROOT, flip_last_byte, latest_run_dir
 
-from solomon.scratch import pipeline_env
+from solomon.tools.scratch import pipeline_env
 
 BIN = Path(sys.executable).parent
 DOCKERFILE = (ROOT / "Dockerfile").read_text()

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from solomon.errors import SolomonError
-from solomon.model import GPT, GPTConfig
+from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import LrParams
+from solomon.rng import stream_seed
 from solomon.train.data_order import DataOrder
 from solomon.train.loop import train
-from solomon.train.rng import stream_seed
 from solomon.train.schedule import NoamSchedule
 
 torch.set_num_threads(1)

@@ -10,7 +10,7 @@ from conftest import ROOT
 
 from solomon.errors import SolomonError
 from solomon.params import load_params
-from solomon.scratch import merge
+from solomon.tools.scratch import merge
 
 
 def write(tmp_path: Path, overrides: dict) -> Path:

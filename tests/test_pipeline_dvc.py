@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import ROOT, digest, dvc
 
-from solomon.scratch import run, write_params
+from solomon.tools.scratch import run, write_params
 
 STAGES = {"prepare", "tokenizer", "datacard", "train", "evaluate", "report"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import dvc, latest_run_dir
 from mlflow.tracking import MlflowClient
 
-from solomon.scratch import pipeline_env, write_params
+from solomon.tools.scratch import pipeline_env, write_params
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 

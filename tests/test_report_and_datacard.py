@@ -12,8 +12,8 @@ import pytest
 import yaml
 from conftest import latest_run_dir
 
-from solomon.corpus import source_files
-from solomon.datacard import card_fields, render_markdown
+from solomon.data.corpus import source_files
+from solomon.data.datacard import card_fields, render_markdown
 from solomon.errors import SolomonError
 from solomon.params import load_params
 from solomon.report.run import Provenance, create_run
@@ -123,7 +123,7 @@ def test_make_report_rebuilds_the_pages_from_the_run_files_alone(repo_copy: Path
     import subprocess
     import sys
 
-    from solomon.scratch import pipeline_env
+    from solomon.tools.scratch import pipeline_env
 
     run_dir = latest_run_dir(repo_copy)
     pages = {name: (run_dir / name).read_bytes() for name in ("index.html", "README.md")}

@@ -32,8 +32,8 @@ def test_dvc_lock_matches_the_committed_metrics_and_logs() -> None:
 def test_committed_run_directory_matches_its_manifest() -> None:
     """The run directory's own files, as committed, against their SHA256 in its manifest (the weights and data
     are DVC outputs, not in git: `solomon verify` checks those where they exist)."""
-    from solomon.report.manifest import RUN
-    from solomon.report.verify import verify
+    from solomon.audit.manifest import RUN
+    from solomon.audit.verify import verify
 
     run_dir = latest_run_dir(ROOT)
     subjects = json.loads((run_dir / "manifest.json").read_text())["subject"]

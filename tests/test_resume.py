@@ -16,8 +16,8 @@ import pytest
 import yaml
 from conftest import ROOT, digest
 
-from solomon.scratch import merge, pipeline_env
-from solomon.train.run_log import DETERMINISTIC_COLUMNS
+from solomon.records import DETERMINISTIC_COLUMNS
+from solomon.tools.scratch import merge, pipeline_env
 
 TRAIN = str(ROOT / "stages/train.py")
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from solomon.errors import SolomonError
-from solomon.review import MARKER, render_note
-from solomon.scratch import pipeline_env
+from solomon.tools.review import MARKER, render_note
+from solomon.tools.scratch import pipeline_env
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 DVC_YAML = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import ROOT, tree_digest
 
-from solomon.scratch import PIPELINE_FILES, pipeline_env
+from solomon.tools.scratch import PIPELINE_FILES, pipeline_env
 
 
 def test_smoke_runs_everything_and_touches_nothing(tmp_path: Path) -> None:

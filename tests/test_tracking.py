@@ -17,9 +17,9 @@ import yaml
 from conftest import DVC, digest, latest_run_dir
 from mlflow.tracking import MlflowClient
 
-from solomon import mlflow_server
-from solomon.scratch import pipeline_env
+from solomon.tools.scratch import pipeline_env
 from solomon.tracking import RUN_ID_TAG, STEP_METRICS, model_artifact_path, sync_run
+from solomon.tracking import server as mlflow_server
 
 
 def free_port() -> int:
@@ -224,7 +224,7 @@ def test_killed_and_resumed_training_is_one_mlflow_run(repo_copy: Path, server: 
 def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:
     from conftest import dvc
 
-    from solomon.scratch import write_params
+    from solomon.tools.scratch import write_params
 
     write_params(repo_copy, {"eval": {"max_tokens": 2048}})  # reruns evaluate and report
     port = free_port()  # nothing listens there
@@ -246,7 +246,7 @@ def test_temp_and_queued_experiments_log_to_the_workspace_store(repo_copy: Path,
     workspace's mlflow.db, each its own MLflow run named <exp-name>-<training run id>."""
     from conftest import dvc
 
-    from solomon.scratch import run
+    from solomon.tools.scratch import run
     from solomon.tracking import workspace_root
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

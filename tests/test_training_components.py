@@ -13,15 +13,15 @@ import torch
 import torch.nn.functional as F
 
 from solomon.errors import SolomonError
-from solomon.linear_cross_entropy import CHUNK_TOKENS, linear_cross_entropy
-from solomon.model import GPT, GPTConfig
+from solomon.model.gpt import GPT, GPTConfig
+from solomon.model.linear_cross_entropy import CHUNK_TOKENS, linear_cross_entropy
 from solomon.params import EarlyStoppingParams
+from solomon.records import DETERMINISTIC_COLUMNS
 from solomon.train import loop
 from solomon.train.checkpoint import CheckpointManager
 from solomon.train.data_order import DataOrder
 from solomon.train.early_stopping import EarlyStopping
 from solomon.train.loop import accumulate_gradients, train
-from solomon.train.run_log import DETERMINISTIC_COLUMNS
 
 torch.set_num_threads(1)
 
@@ -225,7 +225,7 @@ def test_chunked_output_loss_under_bf16_autocast_matches_the_bf16_matmul() -> No
 
 
 def test_dropout_keeps_1_minus_p_scaled_and_is_seeded() -> None:
-    from solomon.model import Dropout
+    from solomon.model.gpt import Dropout
 
     drop = Dropout(0.2)
     x = torch.ones(1_000_003, requires_grad=True)

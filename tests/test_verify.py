@@ -11,8 +11,8 @@ from pathlib import Path
 
 from conftest import dvc, flip_last_byte, latest_run_dir
 
-from solomon.report import manifest
-from solomon.scratch import pipeline_env, write_params
+from solomon.audit import manifest
+from solomon.tools.scratch import pipeline_env, write_params
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from solomon import weights
 from solomon.errors import SolomonError
-from solomon.model import GPT, GPTConfig
+from solomon.model import weights
+from solomon.model.gpt import GPT, GPTConfig
 
 
 def saved(tmp_path: Path) -> tuple[GPT, Path]:

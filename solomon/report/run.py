@@ -19,13 +19,14 @@ import yaml
 
 import solomon
 from solomon.atomic import staged_dir, write_bytes, write_json, write_text
+from solomon.audit import manifest
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.params import Params
 from solomon.provenance import git_state
-from solomon.report import charts, document, manifest
-from solomon.train.rng import STREAMS, stream_seed
-from solomon.train.run_log import read_evals, read_steps
+from solomon.records import read_evals, read_steps
+from solomon.report import charts, document
+from solomon.rng import STREAMS, stream_seed
 
 
 def _one_line(text: str) -> str:

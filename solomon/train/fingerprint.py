@@ -13,22 +13,12 @@ import torch
 
 import solomon
 from solomon.hashing import sha256_file
+from solomon.imports import closure
 from solomon.params import Params, flatten
 
+# The code a checkpoint depends on: every package module the training loop runs, derived from its imports.
+LOOP = Path(__file__).with_name("loop.py")
 RESUMABLE_PARAMS = frozenset({"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints"})
-CODE_FILES = (
-    "model.py",
-    "linear_cross_entropy.py",
-    "runtime.py",
-    "heldout.py",  # the periodic evaluation picks the best model and decides early stopping
-    "train/loop.py",
-    "train/data_order.py",
-    "train/distributed.py",
-    "train/schedule.py",
-    "train/rng.py",
-    "train/early_stopping.py",
-    "train/sampling.py",
-)
 
 
 def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -> dict:
@@ -40,8 +30,8 @@ def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -
     values["data.val.bin"] = sha256_file(tokens_dir / "val.bin")
     if tokenizer_path is not None:
         values["tokenizer"] = sha256_file(tokenizer_path)
-    for name in CODE_FILES:
-        values[f"code.solomon/{name}"] = sha256_file(root / name)
+    for path in closure(LOOP):
+        values[f"code.solomon/{path.relative_to(root).as_posix()}"] = sha256_file(path)
     # Threads, precision and compile are params (train.*) and so already above.
     values["environment.torch"] = str(torch.__version__)
     values["environment.deterministic"] = torch.are_deterministic_algorithms_enabled()

@@ -24,23 +24,24 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from solomon import weights
 from solomon.atomic import staged_dir, write_json
+from solomon.data.tokenizer import load_tokenizer, open_tokens, read_meta, token_byte_lengths
 from solomon.errors import SolomonError
-from solomon.heldout import evaluate_tokens
-from solomon.model import GPT, GPTConfig
+from solomon.evaluation.heldout import evaluate_tokens
+from solomon.model import weights
+from solomon.model.gpt import GPT, GPTConfig
+from solomon.model.sampling import generate
 from solomon.params import Params
+from solomon.records import read_steps
+from solomon.rng import stream_seed
 from solomon.runtime import configure_torch
-from solomon.tokenizer import load_tokenizer, open_tokens, read_meta, token_byte_lengths
 from solomon.train import faults
 from solomon.train.checkpoint import CheckpointManager
 from solomon.train.data_order import DataOrder
 from solomon.train.distributed import ProcessGroup
 from solomon.train.early_stopping import EarlyStopping
 from solomon.train.fingerprint import fingerprint, first_difference
-from solomon.train.rng import stream_seed
-from solomon.train.run_log import RunLog, read_steps
-from solomon.train.sampling import generate
+from solomon.train.run_log import RunLog
 from solomon.train.schedule import NoamSchedule
 
 BEST_DIR = "best"

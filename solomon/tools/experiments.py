@@ -33,9 +33,9 @@ from solomon.atomic import staged_dir, write_json, write_text
 from solomon.errors import SolomonError, last_line
 from solomon.hashing import sha256_file
 from solomon.params import Params, describe_error, flatten
+from solomon.records import read_evals, read_steps
 from solomon.report.run import read_reliability
-from solomon.scratch import make_scratch_repo, merge, pipeline_env
-from solomon.train.run_log import read_evals, read_steps
+from solomon.tools.scratch import make_scratch_repo, merge, pipeline_env
 
 SPEC = Path("docs/experiments.yaml")
 RUN_OPTIONS = frozenset({"fresh", "kill_after_step", "then"})

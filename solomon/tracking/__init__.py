@@ -39,7 +39,7 @@ from solomon.errors import SolomonError, first_line
 from solomon.hashing import sha256_file
 from solomon.params import Params, flatten
 from solomon.provenance import git_state
-from solomon.train.run_log import read_evals, read_steps
+from solomon.records import read_evals, read_steps
 
 EXPERIMENT = "solomon"
 RUN_ID_TAG = "solomon.run_id"

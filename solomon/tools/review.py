@@ -17,7 +17,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from solomon.errors import SolomonError, first_line, last_line
-from solomon.scratch import run
+from solomon.tools.scratch import run
 
 MARKER = "<!-- solomon-review -->"
 TOKEN_ENV = "SOLOMON_REVIEW_TOKEN"  # a masked CI/CD variable: project access token with the `api` scope

@@ -30,13 +30,13 @@ import torch
 import yaml
 
 from solomon.errors import SolomonError, last_line
-from solomon.model import GPT, GPTConfig
+from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params
+from solomon.records import read_steps
 from solomon.runtime import configure_torch
-from solomon.scratch import merge
+from solomon.tools.scratch import merge
 from solomon.train.data_order import DataOrder
 from solomon.train.loop import accumulate_gradients
-from solomon.train.run_log import read_steps
 
 VARIANTS = {
     "eager fp32": ("fp32", False),

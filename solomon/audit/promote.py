@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from solomon.atomic import write_json
+from solomon.audit import manifest
+from solomon.audit.verify import locate_files, verify
 from solomon.errors import SolomonError
 from solomon.params import PromoteParams
-from solomon.report import manifest
-from solomon.report.verify import locate_files, verify
 
 MODEL_FILES = ("models/model.safetensors", "models/config.json")
 

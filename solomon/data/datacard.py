@@ -15,10 +15,10 @@ import yaml
 from tabulate import tabulate
 
 from solomon.atomic import canonical_json, write_text
-from solomon.corpus import SPLITS, read_split, read_summary
+from solomon.data.corpus import SPLITS, read_split, read_summary
+from solomon.data.tokenizer import load_tokenizer, open_tokens, read_meta
 from solomon.hashing import sha256_file
 from solomon.params import CardParams, CorpusParams
-from solomon.tokenizer import load_tokenizer, open_tokens, read_meta
 
 TOP_TOKENS = 25
 

@@ -14,7 +14,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from solomon.atomic import staged_dir, write_json, write_text
-from solomon.corpus import SPLITS, read_split
+from solomon.data.corpus import SPLITS, read_split
 from solomon.params import TokenizerParams
 
 META_FILE = "meta.json"

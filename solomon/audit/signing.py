@@ -14,8 +14,8 @@ from pathlib import Path
 
 from model_signing import hashing, signing, verifying
 
+from solomon.audit import manifest
 from solomon.errors import SolomonError, first_line
-from solomon.report import manifest
 
 SIGNATURE = "manifest.sig"
 

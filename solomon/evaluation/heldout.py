@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from solomon.errors import SolomonError
-from solomon.model import GPT
+from solomon.model.gpt import GPT
 
 
 def _windows(n_tokens: int, block_size: int) -> list[tuple[int, int]]:

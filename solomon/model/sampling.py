@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from solomon.model import GPT
+from solomon.model.gpt import GPT
 
 
 @torch.no_grad()

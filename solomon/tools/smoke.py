@@ -11,7 +11,7 @@ from pathlib import Path
 
 from solomon.atomic import staged_dir
 from solomon.errors import SolomonError
-from solomon.scratch import TINY_OVERRIDES, make_scratch_repo, run
+from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, run
 
 
 def smoke(source: Path, keep: bool = False, keep_run: Path | None = None) -> dict:

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from solomon.atomic import staged_dir, write_json
 from solomon.errors import SolomonError
-from solomon.model import GPT, GPTConfig
+from solomon.model.gpt import GPT, GPTConfig
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"

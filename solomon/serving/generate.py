@@ -12,12 +12,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from solomon import weights
+from solomon.audit.verify import locate_files, verify
+from solomon.data.tokenizer import load_tokenizer
 from solomon.errors import SolomonError
-from solomon.report.verify import locate_files, verify
+from solomon.model import weights
+from solomon.model.sampling import generate
 from solomon.runtime import configure_torch
-from solomon.tokenizer import load_tokenizer
-from solomon.train.sampling import generate
 
 SERVING_FILES = ("models/model.safetensors", "models/config.json", "data/tokenizer.json")
 

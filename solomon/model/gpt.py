@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from solomon.linear_cross_entropy import linear_cross_entropy
+from solomon.model.linear_cross_entropy import linear_cross_entropy
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from solomon.corpus import corpus_file
+from solomon.audit import manifest
+from solomon.data.corpus import corpus_file
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
-from solomon.report import manifest
 
 DVC_CACHE = Path(".dvc/cache/files/md5")
 
@@ -112,7 +112,7 @@ def verify(
     digest = manifest.digest_of(data)
     problems = []
     if public_key is not None:
-        from solomon.report.signing import check
+        from solomon.audit.signing import check
 
         problem = check(run_dir, public_key)
         problems += [problem] if problem else []

@@ -1,18 +1,18 @@
-"""The evaluate stage: the final model's held-out scores (``solomon.heldout``) and its calibration
-(``solomon.calibration``) on the val and test splits, from one pass over each."""
+"""The evaluate stage: the final model's held-out scores (``solomon.evaluation.heldout``) and its calibration
+(``solomon.evaluation.calibration``) on the val and test splits, from one pass over each."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from solomon import weights
 from solomon.atomic import write_json
-from solomon.calibration import ReliabilityBins, calibration_errors
+from solomon.data.tokenizer import load_tokenizer, open_tokens, token_byte_lengths
 from solomon.errors import SolomonError
-from solomon.heldout import HeldOutScore, predictions
+from solomon.evaluation.calibration import ReliabilityBins, calibration_errors
+from solomon.evaluation.heldout import HeldOutScore, predictions
+from solomon.model import weights
 from solomon.params import EvalParams
 from solomon.runtime import configure_torch
-from solomon.tokenizer import load_tokenizer, open_tokens, token_byte_lengths
 
 EVAL_SPLITS = ("val", "test")
 

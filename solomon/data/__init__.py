@@ -1,0 +1,1 @@
+"""The data floor: the corpus, the tokenizer and the data card."""

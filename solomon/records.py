@@ -1,0 +1,144 @@
+"""The run's records: the one owner of every file name and log format that the pipeline, the audit chain,
+tracking and the tools share.
+
+Three kinds of fact live here and nowhere else:
+- where the pipeline's outputs sit in the workspace (repository-relative, as dvc.yaml and the manifest name
+  them), and ``reports/latest.json``, the pointer to the newest run;
+- the run directory ``<report.root>/<run-id>/``: the name of each file and the role it plays in the manifest;
+- the step log (TSV) and evaluation log (JSON lines): their columns, how a row is written and how it is read.
+
+Everything here is plain data and small readers: it imports nothing of Solomon's, so every floor may use it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+# --- the workspace: pipeline outputs, repository-relative ------------------------------------------------------
+MODEL_DIR = "models"
+WEIGHTS_FILE = "model.safetensors"  # inside a model directory
+CONFIG_FILE = "config.json"  # inside a model directory
+WEIGHTS = f"{MODEL_DIR}/{WEIGHTS_FILE}"
+MODEL_CONFIG = f"{MODEL_DIR}/{CONFIG_FILE}"
+TOKENIZER = "data/tokenizer.json"
+TOKENS_DIR = "data/tokens"
+CORPUS_DIR = "data/corpus"
+DATACARD_MD = "data/datacard.md"
+DATACARD_JSON = "data/datacard.json"
+CHECKPOINTS_DIR = "checkpoints"
+METRICS = "metrics.json"  # held-out metrics of the evaluate stage
+STEP_LOG = "reports/train_log.tsv"
+EVAL_LOG = "reports/train_evals.jsonl"
+TRAIN_METRICS = "reports/train_metrics.json"
+RELIABILITY_DIR = "reports/reliability"
+LATEST = "reports/latest.json"
+SPLITS = ("val", "test")  # the held-out splits
+
+MODEL_FILES = (WEIGHTS, MODEL_CONFIG)  # what the registry version stands for
+SERVING_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER)  # what a server or `solomon generate` loads
+
+
+def reliability_path(split: str) -> str:
+    return f"{RELIABILITY_DIR}/{split}.json"
+
+
+# --- the run directory <report.root>/<run-id>/ -------------------------------------------------------------------
+class RunFiles:
+    """File names inside a run directory."""
+
+    MANIFEST = "manifest.json"
+    PAGES = ("index.html", "README.md")  # show the manifest digest, so they cannot be its subjects
+    PROMOTION = "promotion.json"  # written later by `solomon promote`, kept when the report is rebuilt
+    SIGNATURE = "manifest.sig"
+    RUN_INFO = "run.json"
+    HYPERPARAMETERS = "hyperparameters.yaml"  # every value, defaults included
+    PARAMS = "params.yaml"  # params.yaml as written
+    METRICS = "metrics.json"
+    TRAIN_METRICS = "train_metrics.json"
+    STEP_LOG = "train_log.tsv"
+    EVAL_LOG = "train_evals.jsonl"
+    DATACARD_MD = "datacard.md"
+    DATACARD_JSON = "datacard.json"
+
+    @staticmethod
+    def reliability(split: str) -> str:
+        return f"reliability_{split}.json"
+
+
+# The run directory's copies of the report stage's inputs: input name -> (workspace path, name in the run dir).
+RECORD_FILES = {
+    "metrics": (METRICS, RunFiles.METRICS),
+    "train_metrics": (TRAIN_METRICS, RunFiles.TRAIN_METRICS),
+    "train_log": (STEP_LOG, RunFiles.STEP_LOG),
+    "train_evals": (EVAL_LOG, RunFiles.EVAL_LOG),
+    "datacard_md": (DATACARD_MD, RunFiles.DATACARD_MD),
+    "datacard_json": (DATACARD_JSON, RunFiles.DATACARD_JSON),
+    **{f"reliability_{split}": (reliability_path(split), RunFiles.reliability(split)) for split in SPLITS},
+}
+
+# The role each run-directory file plays in the manifest (any other file, e.g. a chart, is a "report").
+RUN_FILE_ROLES = {
+    RunFiles.METRICS: "metrics",
+    RunFiles.TRAIN_METRICS: "metrics",
+    **{RunFiles.reliability(split): "metrics" for split in SPLITS},
+    RunFiles.HYPERPARAMETERS: "hyperparameters",
+    RunFiles.PARAMS: "hyperparameters",
+    RunFiles.DATACARD_MD: "datacard",
+    RunFiles.DATACARD_JSON: "datacard",
+    RunFiles.RUN_INFO: "provenance",
+    RunFiles.STEP_LOG: "training-log",
+    RunFiles.EVAL_LOG: "training-log",
+}
+
+
+def read_reliability(run_dir: Path) -> dict[str, list[dict]] | None:
+    """{split: bins} of a run's reliability diagram; None for a run evaluated before calibration existed."""
+    paths = {split: run_dir / RunFiles.reliability(split) for split in SPLITS}
+    if not all(path.is_file() for path in paths.values()):
+        return None
+    return {split: json.loads(path.read_text(encoding="utf-8")) for split, path in paths.items()}
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# --- reports/latest.json ------------------------------------------------------------------------------------------
+def latest_record(run_id: str, runs_root: str | Path) -> dict:
+    """What ``reports/latest.json`` holds: the newest run's id and its directory, repository-relative."""
+    return {"run_id": run_id, "path": (Path(runs_root) / run_id).as_posix()}
+
+
+def read_latest(repo: Path) -> dict | None:
+    """``reports/latest.json`` of the repository ``repo``; None before the first run."""
+    path = repo / LATEST
+    return read_json(path) if path.is_file() else None
+
+
+# --- the step log (TSV) and the evaluation log (JSON lines) --------------------------------------------------------
+STEP_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
+# tokens_per_s is measured from the wall clock; every other column is a deterministic function of the run.
+DETERMINISTIC_COLUMNS = STEP_COLUMNS[:-1]
+STEP_HEADER = "\t".join(STEP_COLUMNS) + "\n"
+EVAL_FIELDS = ("step", "val_loss", "val_perplexity", "val_bits_per_byte", "best", "samples")
+
+
+def step_line(row: dict) -> str:
+    return "\t".join(f"{row[c]:.9g}" if isinstance(row[c], float) else str(row[c]) for c in STEP_COLUMNS) + "\n"
+
+
+def eval_line(record: dict) -> str:
+    return json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def read_steps(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8", newline="") as handle:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle, delimiter="\t")]
+
+
+def read_evals(path: Path) -> list[dict]:
+    """JSON Lines: records end at "\n" only (generated text may hold U+2028 or U+0085, which ``splitlines``
+    would also break at)."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]

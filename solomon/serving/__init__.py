@@ -1,0 +1,1 @@
+"""Serving a verified run: nothing is loaded that verify has not proved."""
