@@ -13,7 +13,7 @@ from pathlib import Path
 import solomon
 
 PACKAGE = "solomon"
-PACKAGE_DIR = Path(solomon.__file__).parent
+PACKAGE_DIR = Path(solomon.__file__).resolve().parent
 
 
 def module_path(module: str) -> Path | None:
@@ -41,10 +41,11 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def closure(script: Path, exclude: tuple[str, ...] = ()) -> list[Path]:
-    """Every package source file ``script`` runs, sorted: its imports, theirs, and each imported module's
-    parent packages (``__init__.py`` runs first). Modules under a name in ``exclude`` (and what only they
-    import) are left out."""
-    seen: set[Path] = set()
+    """Every package source file ``script`` runs, sorted: itself when it is one, its imports, theirs, and each
+    imported module's parent packages (``__init__.py`` runs first). Modules under a name in ``exclude`` (and what
+    only they import) are left out."""
+    script = script.resolve()
+    seen: set[Path] = {script} if script.is_relative_to(PACKAGE_DIR) else set()
     pending = [script]
     while pending:
         path = pending.pop()

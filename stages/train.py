@@ -14,6 +14,7 @@ from pathlib import Path
 from solomon.errors import run_main
 from solomon.params import load_params
 from solomon.train.distributed import ProcessGroup
+from solomon.train.hooks import Hooks
 from solomon.train.loop import TrainPaths, train
 
 
@@ -46,11 +47,11 @@ def main() -> None:
     group = ProcessGroup.from_environment(params.train.nproc)
     tracker = None
     if params.tracking.enabled and group.is_main:
-        from solomon.tracking import LiveTracker  # imports mlflow: only when tracking
+        from solomon.tracking.live import LiveTracker  # imports mlflow: only when tracking
 
         tracker = LiveTracker(params)
     try:
-        metrics = train(params, paths, fresh=args.fresh, tracker=tracker, group=group)
+        metrics = train(params, paths, args.fresh, tracker, group, Hooks.from_environment(os.environ))
     finally:
         group.close()
     if group.is_main:

@@ -18,10 +18,11 @@ from solomon.model.linear_cross_entropy import CHUNK_TOKENS, linear_cross_entrop
 from solomon.params import EarlyStoppingParams
 from solomon.records import DETERMINISTIC_COLUMNS
 from solomon.train import loop
-from solomon.train.checkpoint import CheckpointManager
+from solomon.train.checkpoint import Checkpointer
 from solomon.train.data_order import DataOrder
 from solomon.train.early_stopping import EarlyStopping
-from solomon.train.loop import accumulate_gradients, train
+from solomon.train.loop import train
+from solomon.train.step import accumulate_gradients
 
 torch.set_num_threads(1)
 
@@ -133,10 +134,23 @@ def test_eval_interval_does_not_change_the_training_batches(tiny_run, tmp_path: 
     assert logs[0] == logs[1]
 
 
-def _checkpoints(tmp_path: Path) -> CheckpointManager:
-    manager = CheckpointManager(tmp_path / "ckpt", keep=3)
+class Weights:
+    """A stateful component for the checkpointer: one tensor."""
+
+    def __init__(self, value: float) -> None:
+        self.weights = torch.full((4,), value)
+
+    def state_dict(self) -> dict:
+        return {"weights": self.weights}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.weights = state["weights"]
+
+
+def _checkpoints(tmp_path: Path) -> Checkpointer:
+    manager = Checkpointer(tmp_path / "ckpt", keep=3)
     for step in (10, 20, 30, 40):
-        manager.save(step, {"step": step, "weights": torch.full((4,), float(step))})
+        manager.save(step, {"part": Weights(float(step))}, {"fingerprint": {}})
     return manager
 
 
@@ -163,7 +177,9 @@ def test_damaged_checkpoint_is_detected_and_the_previous_one_used(tmp_path: Path
         data[len(data) // 2] ^= 0x01
     newest.write_bytes(bytes(data))
     loaded = manager.load_latest()
-    assert loaded.step == 30 and torch.equal(loaded.state["weights"], torch.full((4,), 30.0))
+    restored = Weights(0.0)
+    manager.restore(loaded, {"part": restored})
+    assert loaded.step == 30 and torch.equal(restored.weights, torch.full((4,), 30.0))
     assert "step-00000040.pt is corrupt" in capsys.readouterr().err
 
 
@@ -193,14 +209,14 @@ def test_finished_runs_resume_without_training_more(tiny_run, tmp_path: Path) ->
 
 def test_training_run_id_is_kept_by_saves_and_resumes_and_renewed_only_by_clear(tmp_path: Path) -> None:
     """The id that finds a run's MLflow run again: one per training run, however often it is resumed."""
-    manager = CheckpointManager(tmp_path / "checkpoints", keep=1)
+    manager = Checkpointer(tmp_path / "checkpoints", keep=1)
     run_id = manager.run_id()
     assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{8}", run_id)
     for step in (1, 2):
-        manager.save(step, {"step": step, "x": torch.zeros(1)})
+        manager.save(step, {"part": Weights(0.0)}, {})
     manager.mark_completed(True)
     assert [e["step"] for e in manager.read_index()["checkpoints"]] == [2]
-    assert CheckpointManager(tmp_path / "checkpoints", keep=1).run_id() == run_id  # a new process resuming
+    assert Checkpointer(tmp_path / "checkpoints", keep=1).run_id() == run_id  # a new process resuming
     manager.clear()
     assert manager.run_id() != run_id
 
@@ -271,3 +287,58 @@ def test_resume_is_exact_with_the_real_data_order_and_the_check_catches_a_restar
     assert train(params, resumed)["resumed_from_step"] == 20
     model = (whole.model_dir / "model.safetensors").read_bytes()
     assert ((resumed.model_dir / "model.safetensors").read_bytes() == model) is exact
+
+
+def test_start_up_tidies_what_interrupted_writes_left(tmp_path: Path) -> None:
+    """A kill inside a write leaves a temporary file or directory, a directory swap between its renames, or a
+    checkpoint file the index never named; none of them stops the next start, and the listed ones stay."""
+    manager = _checkpoints(tmp_path)
+    directory = manager.directory
+    (directory / ".step-00000050.pt.abc.tmp").write_bytes(b"half")
+    (directory / ".best.xyz.tmp").mkdir()  # weights.save's staging directory
+    (directory / ".best.xyz.tmp" / "model.safetensors").write_bytes(b"half")
+    (directory / ".best.old").mkdir()  # killed between the two renames: `best` is gone
+    (directory / ".best.old" / "model.safetensors").write_bytes(b"previous best")
+    (directory / "step-00000050.pt").write_bytes(b"written, never indexed")
+    manager.remove_partial()
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "best",
+        "index.json",
+        "step-00000020.pt",
+        "step-00000030.pt",
+        "step-00000040.pt",
+    ]
+    assert (directory / "best/model.safetensors").read_bytes() == b"previous best"
+    assert manager.load_latest().step == 40
+
+
+def test_an_unreadable_index_deletes_no_checkpoint(tmp_path: Path) -> None:
+    manager = _checkpoints(tmp_path)
+    manager.index_path.write_text("{not json")
+    manager.remove_partial()
+    assert len(list(manager.directory.glob("step-*.pt"))) == 3
+
+
+def test_hooks_come_from_the_environment_and_refuse_bad_values(tmp_path: Path) -> None:
+    from solomon.train.hooks import NO_HOOKS, Hooks, crash_environment, pause_environment
+
+    assert Hooks.from_environment({}) == NO_HOOKS
+    env = crash_environment("after-eval", 20) | pause_environment(7, tmp_path / "go") | {"SOLOMON_CRASH_RANK": "1"}
+    hooks = Hooks.from_environment(env | {"SOLOMON_RECORD_BATCHES": str(tmp_path)})
+    assert hooks == Hooks(("after-eval", 20), 1, (7, tmp_path / "go"), tmp_path)
+    for bad in ({"SOLOMON_CRASH_AT": "nowhere:3"}, {"SOLOMON_CRASH_AT": "after-step:x"}, {"SOLOMON_PAUSE_AT": "7"}):
+        with pytest.raises(SolomonError, match="bad test hook variable"):
+            Hooks.from_environment(bad)
+    with pytest.raises(ValueError, match="unknown crash point"):
+        crash_environment("before-lunch", 1)
+
+
+def test_batch_recording_writes_only_when_asked(tmp_path: Path) -> None:
+    from solomon.train.hooks import NO_HOOKS, Hooks
+
+    order = DataOrder(3, 5000, 16, batch_size=8, accum_steps=2, world_size=2)
+    NO_HOOKS.record_step(4, 1, order)  # nothing to write to, nothing written
+    Hooks(record_batches=tmp_path).record_step(4, 1, order)
+    rows = [json.loads(line) for line in (tmp_path / "rank1.jsonl").read_text().splitlines()]
+    assert [r["micro_batch"] for r in rows] == [2, 3]  # rank 1 holds the second half of the global batch
+    assert [o for r in rows for o in r["offsets"]] == order.offsets(4)[4:].tolist()

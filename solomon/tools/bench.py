@@ -16,14 +16,13 @@ A benchmark, not a test: nothing here asserts a time.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -34,9 +33,10 @@ from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params
 from solomon.records import read_steps
 from solomon.runtime import configure_torch
-from solomon.tools.scratch import merge
+from solomon.tools.scratch import merge, pipeline_env
 from solomon.train.data_order import DataOrder
-from solomon.train.loop import accumulate_gradients
+from solomon.train.hooks import pause_environment
+from solomon.train.step import autocast_for, train_step
 
 VARIANTS = {
     "eager fp32": ("fp32", False),
@@ -106,7 +106,7 @@ def training_throughput(
 ) -> dict:
     configure_torch(params.train.threads, compiled=compile_variant)
     peaks = {"fp32": gemm_peak_gflops(torch.float32), "bf16": gemm_peak_gflops(torch.bfloat16)}
-    config = GPTConfig(vocab_size=vocab_size, **params.model.model_dump())
+    config = GPTConfig.from_params(params.model, vocab_size)
     tokens = torch.randint(0, vocab_size, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
     order = DataOrder(0, len(tokens), params.model.block_size, params.train.batch_size, params.train.accum_steps)
     tokens_per_step = params.train.batch_size * params.model.block_size
@@ -121,21 +121,17 @@ def training_throughput(
         step_model = torch.compile(model) if compiled else model
         optimizer = model.configure_optimizer(1e-4, 0.1, (0.9, 0.95))
 
-        def autocast(precision: str = precision):
-            return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+        autocast = autocast_for(precision)
 
-        def train_step(step: int, model=model, step_model=step_model, optimizer=optimizer, autocast=autocast) -> None:
-            optimizer.zero_grad(set_to_none=True)
+        def one_step(step: int, model=model, step_model=step_model, optimizer=optimizer, autocast=autocast) -> None:
             batches = [order.batch(tokens, step, m) for m in range(order.accum_steps)]
-            accumulate_gradients(step_model, batches, 0.0, autocast)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()  # as the loop does
-            optimizer.step()
+            train_step(model, step_model, optimizer, batches, 1e-4, 0.0, 1.0, autocast)  # the loop's own step
 
         first_started = time.perf_counter()
         for step in range(warmup + steps):
             if step == warmup:
                 started = time.perf_counter()
-            train_step(step)
+            one_step(step)
         elapsed = time.perf_counter() - started
         tokens_per_s = steps * tokens_per_step / elapsed
         gflops = tokens_per_s * flops_per_token(config, model.num_params(non_embedding=False)) / 1e9
@@ -149,7 +145,7 @@ def training_throughput(
         }
         if precision == params.train.precision and compiled == params.train.compile:
             # the default path: where its step time goes, and how fast its matmuls run inside a real step
-            profile, matmul_ms_per_step = step_profile(train_step, warmup + steps)
+            profile, matmul_ms_per_step = step_profile(one_step, warmup + steps)
     # after the variants, so that their peak RSS is training's alone
     micro_batch_tokens = tokens_per_step // params.train.accum_steps
     ceilings = {
@@ -183,14 +179,16 @@ def training_throughput(
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
-def step_profile(train_step, first_step: int, steps: int = 2, top: int = 10) -> tuple[list[dict], float]:
+def step_profile(
+    one_step: Callable[[int], None], first_step: int, steps: int = 2, top: int = 10
+) -> tuple[list[dict], float]:
     """The ``top`` operators of ``steps`` training steps by self CPU time (torch.profiler), with their share; and
     the milliseconds per step spent in matmul kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         for step in range(first_step, first_step + steps):
-            train_step(step)
+            one_step(step)
     events = sorted(profiler.key_averages(), key=lambda e: -e.self_cpu_time_total)
     total = sum(e.self_cpu_time_total for e in events)
     matmul_ms = sum(e.self_cpu_time_total for e in events if e.key in MATMUL_OPS) / steps / 1000
@@ -206,13 +204,9 @@ def step_profile(train_step, first_step: int, steps: int = 2, top: int = 10) -> 
     return top_ops, round(matmul_ms, 1)
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-
-
 def _run(command: list[str], cwd: Path) -> float:
     started = time.perf_counter()
-    subprocess.run(command, cwd=cwd, env=_env(), check=True, capture_output=True, text=True)
+    subprocess.run(command, cwd=cwd, env=pipeline_env(), check=True, capture_output=True, text=True)
     return time.perf_counter() - started
 
 
@@ -221,7 +215,7 @@ def resume_latency(command: list[str], work: Path, resume_step: int) -> float:
     imports, checkpoint verify and load, fingerprint, model and tracker set-up. Measured to the end of the first
     resumed step (the fault hook pauses the process there), minus that step's own time from its log row."""
     release = work / "release"
-    env = dict(_env(), SOLOMON_PAUSE_AT=f"{resume_step + 1}:{release}")
+    env = pipeline_env() | pause_environment(resume_step + 1, release)
     stderr_path = work / "resume.stderr"  # a file, not a pipe: a full pipe would block the process we wait for
     with open(stderr_path, "w") as stderr:
         started = time.perf_counter()

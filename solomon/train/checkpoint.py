@@ -1,31 +1,53 @@
-"""Checkpoints: atomic files, an index with each file's SHA256, the last K kept, verified before loading.
+"""Checkpoints: a mapping of stateful components saved and restored together, atomically, verified before use.
 
-``checkpoints/index.json`` names the training run they belong to (its id is made when the run starts, so a
-resume, however often, is the same run) and lists the checkpoints that were completely written, oldest first.
-A checkpoint file is written to a temporary name, fsynced and renamed before the index names it, so a kill at
-any moment leaves the newest listed checkpoint whole. Loading checks the SHA256 first and unpickles with
-``weights_only=True`` (tensors and plain containers only), so a tampered file can never run code. A file that
-fails either check is reported and the previous one is used.
+The loop hands the ``Checkpointer`` its components — model, optimiser, schedule, data order, early stopping,
+random state, run log — each with its own ``state_dict``/``load_state_dict``; a checkpoint is their states under
+their names plus the step and the run's fingerprint. ``checkpoints/index.json`` names the training run they belong
+to (made when the run starts, so a resume, however often, is the same run) and lists the checkpoints that were
+completely written, oldest first. A file is written to a temporary name, fsynced and renamed before the index
+names it, so a kill at any moment leaves the newest listed checkpoint whole. Loading checks the SHA256 first and
+unpickles with ``weights_only=True`` (tensors and plain containers only), so a tampered file can never run code;
+a file that fails either check is reported and the previous one is used. Only this module reads or writes
+checkpoint files.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import secrets
 import shutil
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
 from solomon.atomic import write_json, write_with
 from solomon.hashing import sha256_file
-from solomon.train import faults
+from solomon.train.hooks import NO_HOOKS, Hooks
 
 INDEX_FILE = "index.json"
+CHECKPOINT_GLOB = "step-*.pt"
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class TorchRandomState:
+    """The process's global torch random state as a checkpoint component."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"torch": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        torch.set_rng_state(state["torch"])
 
 
 @dataclass(frozen=True)
@@ -48,10 +70,15 @@ def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
-class CheckpointManager:
-    def __init__(self, directory: Path, keep: int) -> None:
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}.pt"
+
+
+class Checkpointer:
+    def __init__(self, directory: Path, keep: int, hooks: Hooks = NO_HOOKS) -> None:
         self.directory = directory
         self.keep = keep
+        self.hooks = hooks
 
     @property
     def index_path(self) -> Path:
@@ -67,12 +94,15 @@ class CheckpointManager:
             return {"checkpoints": [], "completed": False}
         return index
 
-    def save(self, step: int, state: dict) -> Path:
-        path = self.directory / f"step-{step:08d}.pt"
+    def save(self, step: int, components: Mapping[str, Stateful], metadata: Mapping[str, Any]) -> Path:
+        """Write the components' states (and ``metadata``: fingerprint, environment) as the checkpoint of
+        ``step``; list it in the index, and delete the ones beyond the newest ``keep``."""
+        state = {"step": step, **metadata, **{name: component.state_dict() for name, component in components.items()}}
+        path = self.directory / checkpoint_name(step)
 
         def writer(tmp: Path) -> None:
             torch.save(state, tmp)
-            faults.maybe_crash("checkpoint-write", step)
+            self.hooks.crash_point("checkpoint-write", step)
 
         write_with(path, writer)
         index = self.read_index()
@@ -84,6 +114,11 @@ class CheckpointManager:
         for entry in stale:
             (self.directory / entry["file"]).unlink(missing_ok=True)
         return path
+
+    @staticmethod
+    def restore(loaded: Loaded, components: Mapping[str, Stateful]) -> None:
+        for name, component in components.items():
+            component.load_state_dict(loaded.state[name])
 
     def mark_completed(self, completed: bool = True) -> None:
         write_json(self.index_path, {**self.read_index(), "completed": completed})
@@ -122,9 +157,28 @@ class CheckpointManager:
         return None
 
     def remove_partial(self) -> None:
-        """Delete temporary files of checkpoint writes that a kill interrupted."""
+        """Tidy what interrupted writes left: temporary files and directories (``.<name>.*.tmp``), a directory
+        swap caught between its two renames (``.<name>.old`` — put back when ``<name>`` is missing), and checkpoint
+        files the index does not list (written, but killed before the index named them)."""
+        if not self.directory.is_dir():
+            return
         for partial in self.directory.glob(".*.tmp"):
-            partial.unlink()
+            shutil.rmtree(partial) if partial.is_dir() and not partial.is_symlink() else partial.unlink()
+        for old in self.directory.glob(".*.old"):
+            target = old.with_name(old.name[1 : -len(".old")])
+            if target.exists():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(old, target)
+        try:  # an unreadable index lists nothing: then keep every file rather than delete what it may have listed
+            listed = {entry["file"] for entry in json.loads(self.index_path.read_text(encoding="utf-8"))["checkpoints"]}
+        except FileNotFoundError:
+            listed = set()
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return
+        for orphan in self.directory.glob(CHECKPOINT_GLOB):
+            if orphan.name not in listed:
+                orphan.unlink()
 
     def clear(self) -> None:
         """Forget every checkpoint (and anything else the run kept here, such as its best model)."""

@@ -43,9 +43,14 @@ class DataOrder:
         rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([self.seed, step])))
         return rng.integers(0, self.n_tokens - self.block_size - 1, size=self.batch_size, endpoint=True)
 
+    def global_micro_batch(self, micro_step: int, rank: int) -> int:
+        """The index, within the step's global batch, of rank ``rank``'s micro-step ``micro_step``: each rank
+        takes ``accum_steps`` consecutive micro-batches."""
+        return rank * self.accum_steps + micro_step
+
     def micro_offsets(self, step: int, micro_step: int = 0, rank: int = 0) -> np.ndarray:
         size = self.micro_batch_size
-        start = (rank * self.accum_steps + micro_step) * size
+        start = self.global_micro_batch(micro_step, rank) * size
         return self.offsets(step)[start : start + size]
 
     def batch(

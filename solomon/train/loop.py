@@ -5,20 +5,21 @@ Everything a step depends on is either a pure function of (seed, step) — the b
 saved in the checkpoint — weights, optimiser moments, early-stopping state — so a run killed at any moment
 and resumed from its latest checkpoint ends bit-identical to an uninterrupted one. With several ranks
 (``train.nproc``, under torchrun) each rank trains on its slice of the same global batch, rank 0 alone
-evaluates and writes, and every stop decision is agreed by all ranks.
+evaluates and writes, and every stop decision is agreed by all ranks. The outside world reaches the loop only
+through what is passed in: a ``Tracker`` and the test ``Hooks``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import torch
@@ -27,24 +28,26 @@ from tqdm import tqdm
 from solomon.atomic import staged_dir, write_json
 from solomon.data.tokenizer import load_tokenizer, open_tokens, read_meta, token_byte_lengths
 from solomon.errors import SolomonError
-from solomon.evaluation.heldout import evaluate_tokens
-from solomon.model import weights
 from solomon.model.gpt import GPT, GPTConfig
-from solomon.model.sampling import generate
 from solomon.params import Params
 from solomon.records import read_steps
-from solomon.rng import stream_seed
+from solomon.rng import dropout_seed, stream_seed
 from solomon.runtime import configure_torch
-from solomon.train import faults
-from solomon.train.checkpoint import CheckpointManager
+from solomon.train.checkpoint import Checkpointer, Stateful, TorchRandomState
 from solomon.train.data_order import DataOrder
 from solomon.train.distributed import ProcessGroup
 from solomon.train.early_stopping import EarlyStopping
-from solomon.train.fingerprint import fingerprint, first_difference
+from solomon.train.fingerprint import fingerprint
+from solomon.train.hooks import NO_HOOKS, Hooks
+from solomon.train.periodic_eval import PeriodicEvaluation
+from solomon.train.resume import resume_point
 from solomon.train.run_log import RunLog
 from solomon.train.schedule import NoamSchedule
+from solomon.train.signals import StopSignals
+from solomon.train.step import autocast_for, train_step
+from solomon.train.tracker import NoTracking, Tracker
 
-BEST_DIR = "best"
+BEST_DIR = "best"  # inside the checkpoints directory: the best evaluated model so far
 
 
 @dataclass(frozen=True)
@@ -58,90 +61,62 @@ class TrainPaths:
     metrics: Path
 
 
-class StopSignals:
-    """Turns SIGTERM/SIGINT into a flag the loop checks after each step: checkpoint, then exit 128 + signal."""
+class Timers:
+    """Seconds the loop spends outside its optimiser steps, by overhead (``train_metrics.json``'s "seconds")."""
 
-    def __init__(self) -> None:
-        self.received: int | None = None
+    def __init__(self, *names: str) -> None:
+        self.seconds = dict.fromkeys(names, 0.0)
 
-    def __enter__(self) -> StopSignals:
-        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
-        return self
-
-    def _handle(self, signum: int, _frame) -> None:
-        self.received = signum
-
-    def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - started
 
 
-class Tracker(Protocol):
-    """What the loop tells experiment tracking (``solomon.tracking.LiveTracker``); the loop knows no more of it."""
+@dataclass
+class Components:
+    """The stateful parts of a run, each with its own ``state_dict``: what a checkpoint saves, under these names."""
 
-    def start(self, run_id: str, steps: list[dict], evals: list[dict]) -> None: ...
-    def step(self, row: dict) -> None: ...
-    def evaluation(self, record: dict) -> None: ...
-    def finish(self, status: str) -> None: ...
+    model: GPT
+    optimizer: torch.optim.Optimizer
+    schedule: NoamSchedule
+    data_order: DataOrder
+    early_stopping: EarlyStopping
+    rng: TorchRandomState
+    log: RunLog
 
-
-class NoTracking:
-    def start(self, run_id: str, steps: list[dict], evals: list[dict]) -> None:
-        pass
-
-    def step(self, row: dict) -> None:
-        pass
-
-    def evaluation(self, record: dict) -> None:
-        pass
-
-    def finish(self, status: str) -> None:
-        pass
+    def by_name(self) -> dict[str, Stateful]:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
 
 
 def build_model(params: Params, vocab_size: int) -> GPT:
-    config = GPTConfig(vocab_size=vocab_size, **params.model.model_dump())
+    config = GPTConfig.from_params(params.model, vocab_size)
     torch.manual_seed(stream_seed(params.train.seed, "init"))
     return GPT(config)
 
 
-def dropout_seed(seed: int, step: int, micro_batch: int) -> int:
-    """Dropout's stream for one micro-batch of the global batch: a pure function of (seed, step, index), so the
-    masks of a step are the same whether its micro-batches run in one process or across ranks."""
-    return (stream_seed(seed, "dropout") + 1_000_003 * step + micro_batch) % 2**63
-
-
-def sample_seed(seed: int, step: int, prompt_index: int) -> int:
-    """Sampling's own stream: a pure function of (seed, step, prompt), untouched by training."""
-    return (stream_seed(seed, "sampling") + 1_000_003 * step + prompt_index) % 2**63
-
-
-def accumulate_gradients(
-    model: torch.nn.Module,
-    micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
-    label_smoothing: float,
-    autocast=contextlib.nullcontext,
-    before_micro_batch=lambda index: None,
-) -> float:
-    """Backpropagate one optimiser step's micro-batches; return the step's mean loss per target token.
-
-    Token-weighted: each micro-batch's summed loss is divided by the target count of the whole step, so k
-    micro-batches give the gradient of one batch k times larger, even when they hold different token counts.
-    Under DistributedDataParallel the gradients are all-reduced once, with the last micro-batch's backward
-    (every rank holds the same number of targets, so DDP's mean over ranks completes the global mean).
-    """
-    n_targets = sum(targets.numel() for _, targets in micro_batches)
-    total = 0.0
-    for index, (inputs, targets) in enumerate(micro_batches):
-        before_micro_batch(index)
-        last = index == len(micro_batches) - 1
-        sync = model.no_sync() if hasattr(model, "no_sync") and not last else contextlib.nullcontext()
-        with sync:
-            with autocast():
-                loss = model(inputs, targets, label_smoothing) / n_targets
-            loss.backward()
-        total += loss.item()
-    return total
+def build_components(params: Params, paths: TrainPaths, n_tokens: int, vocab_size: int, world_size: int) -> Components:
+    """A fresh run's components, each seeded from its own stream; a resume then loads their checkpointed state."""
+    cfg = params.train
+    model = build_model(params, vocab_size)
+    schedule = NoamSchedule(params.lr)
+    data_order = DataOrder(
+        stream_seed(cfg.seed, "data"), n_tokens, params.model.block_size, cfg.batch_size, cfg.accum_steps, world_size
+    )
+    components = Components(
+        model=model,
+        optimizer=model.configure_optimizer(schedule.lr(0), cfg.weight_decay, (cfg.beta1, cfg.beta2)),
+        schedule=schedule,
+        data_order=data_order,
+        early_stopping=EarlyStopping(cfg.early_stopping),
+        rng=TorchRandomState(),
+        log=RunLog(paths.steps_log, paths.evals_log),
+    )
+    torch.manual_seed(stream_seed(cfg.seed, "dropout"))  # each micro-batch reseeds it; this is the checkpointed state
+    return components
 
 
 def train(
@@ -150,6 +125,7 @@ def train(
     fresh: bool = False,
     tracker: Tracker | None = None,
     group: ProcessGroup | None = None,
+    hooks: Hooks = NO_HOOKS,
 ) -> dict:
     """Train, or resume, to ``train.max_steps``. With several ranks every rank runs this function; only rank 0
     (``group.is_main``) evaluates and writes anything, and the others return an empty dict."""
@@ -158,225 +134,87 @@ def train(
     tracker = tracker if tracker is not None and group.is_main else NoTracking()
     configure_torch(cfg.threads, compiled=cfg.compile)
     tokens = open_tokens(paths.tokens_dir, "train")
-    val_tokens = open_tokens(paths.tokens_dir, "val")
     tokenizer = load_tokenizer(paths.tokenizer)
     meta = read_meta(paths.tokens_dir)
-    byte_lengths = token_byte_lengths(tokenizer)
-
-    model = build_model(params, meta["vocab_size"])
-    step_model = model
-    if group.distributed:  # averages gradients over the ranks, in buckets during the last backward
-        step_model = torch.nn.parallel.DistributedDataParallel(model)
+    parts = build_components(params, paths, len(tokens), meta["vocab_size"], group.world_size)
+    model, optimizer, data_order, stopper, run_log = (
+        parts.model, parts.optimizer, parts.data_order, parts.early_stopping, parts.log
+    )  # fmt: skip
+    # DDP averages gradients over the ranks, in buckets during the last backward of a step.
+    step_model = torch.nn.parallel.DistributedDataParallel(model) if group.distributed else model
     step_model = torch.compile(step_model) if cfg.compile else step_model
-    autocast = (
-        (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if cfg.precision == "bf16" else contextlib.nullcontext
-    )
-    schedule = NoamSchedule(params.lr)
-    optimizer = model.configure_optimizer(schedule.lr(0), cfg.weight_decay, (cfg.beta1, cfg.beta2))
-    data_order = DataOrder(
-        stream_seed(cfg.seed, "data"),
-        len(tokens),
-        params.model.block_size,
-        cfg.batch_size,
-        cfg.accum_steps,
-        group.world_size,
-    )
-    stopper = EarlyStopping(cfg.early_stopping)
-    torch.manual_seed(stream_seed(cfg.seed, "dropout"))
-    current = fingerprint(params, paths.tokens_dir, paths.tokenizer)
-    checkpoints = CheckpointManager(paths.checkpoints, cfg.keep_checkpoints)
-    run_log = RunLog(paths.steps_log, paths.evals_log)
+    autocast = autocast_for(cfg.precision)
+    val_tokens, byte_lengths = open_tokens(paths.tokens_dir, "val"), token_byte_lengths(tokenizer)
     best_dir = paths.checkpoints / BEST_DIR
+    evaluate = PeriodicEvaluation(params, val_tokens, tokenizer, byte_lengths, meta["eod_id"], stopper, best_dir)
 
-    # Resume from the latest valid checkpoint unless told to start over. Rank 0 tidies the directory first;
-    # every rank then reads the same checkpoint.
-    if group.is_main:
-        checkpoints.remove_partial()
-        if fresh:
-            checkpoints.clear()
-    group.any(False)  # a barrier: the others read only what rank 0 has left
-    loaded = checkpoints.load_latest()
+    current = fingerprint(params, paths.tokens_dir, paths.tokenizer)
+    checkpointer = Checkpointer(paths.checkpoints, cfg.keep_checkpoints, hooks)
+    loaded = resume_point(checkpointer, current, cfg.max_steps, fresh, group)
     if loaded is not None:
-        difference = first_difference(loaded.state["fingerprint"], current)
-        completed = checkpoints.read_index()["completed"]
-        group.any(False)  # all ranks have read the index before rank 0 may clear it
-        if difference and completed:
-            if group.is_main:
-                print(
-                    f"train: {difference[0]} changed since the finished run in {paths.checkpoints}; starting over",
-                    file=sys.stderr,
-                )
-                checkpoints.clear()
-            loaded = None
-        elif difference:
-            key, old, new = difference
-            raise SolomonError(
-                f"resume refused: {key} differs from the checkpoint at step {loaded.step} ({old!r} → {new!r}); "
-                "restore it, or start over with `python stages/train.py --fresh …` (or delete "
-                f"{paths.checkpoints})"
-            )
-    start = 0
-    if loaded is not None:
-        state = loaded.state
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        data_order.load_state_dict(state["data_order"])
-        stopper.load_state_dict(state["early_stopping"])
-        torch.set_rng_state(state["rng"]["torch"])
-        run_log.load_state_dict(state["log"])
-        start = loaded.step
-        if start > cfg.max_steps:
-            raise SolomonError(
-                f"the checkpoint in {paths.checkpoints} is at step {start}, past train.max_steps {cfg.max_steps}: "
-                "raise max_steps, or start over with `python stages/train.py --fresh …`"
-            )
-        if group.is_main:
-            print(f"train: resuming from {loaded.path} (step {start})", file=sys.stderr)
+        checkpointer.restore(loaded, parts.by_name())
+    start = done = loaded.step if loaded is not None else 0
     if group.is_main:
-        checkpoints.mark_completed(False)
-    run_id = checkpoints.run_id() if group.is_main else None
-
-    def checkpoint_state(step: int) -> dict:
-        return {
-            "step": step,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(),
-            "data_order": data_order.state_dict(),
-            "early_stopping": stopper.state_dict(),
-            "rng": {"torch": torch.get_rng_state()},
-            "log": run_log.state_dict(),
-            "fingerprint": current,
-            "environment": {
-                "torch": str(torch.__version__),
-                "threads": torch.get_num_threads(),
-                "precision": cfg.precision,
-                "compile": cfg.compile,
-            },
-        }
-
-    def evaluate_and_sample(step: int) -> None:
-        model.eval()
-        metrics = evaluate_tokens(model, val_tokens, byte_lengths, params.eval.batch_size, cfg.eval_tokens)
-        samples = []
-        for index, prompt in enumerate(cfg.samples.prompts):
-            prompt_ids = tokenizer.encode(prompt).ids
-            generator = torch.Generator().manual_seed(sample_seed(cfg.seed, step, index))
-            new_ids = generate(
-                model,
-                prompt_ids,
-                cfg.samples.max_new_tokens,
-                cfg.samples.temperature,
-                cfg.samples.top_k,
-                generator,
-                stop_id=meta["eod_id"],
-            )
-            samples.append({"prompt": prompt, "completion": tokenizer.decode(new_ids)})
-        model.train()
-        improved = stopper.update(step, metrics["loss"])
-        if improved:
-            weights.save(model, best_dir)
-        record = {
-            "step": step,
-            "val_loss": metrics["loss"],
-            "val_perplexity": metrics["perplexity"],
-            "val_bits_per_byte": metrics["bits_per_byte"],
-            "best": improved,
-            "samples": samples,
-        }
-        run_log.evaluation(record)
-        tracker.evaluation(record)
+        checkpointer.mark_completed(False)
+        run_log.open()
+    run_id = checkpointer.run_id() if group.is_main else None
+    metadata = {"fingerprint": current, "environment": _environment(cfg.precision, cfg.compile)}
 
     tokens_per_step = cfg.batch_size * params.model.block_size
-    max_norm = cfg.clip if cfg.clip > 0 else math.inf
+    timers = Timers("eval_and_samples", "checkpoints", "tracking")
     started = time.perf_counter()
     model.train()
-    done = start
-    if group.is_main:
-        run_log.open()
     tracker.start(run_id, run_log.steps, run_log.evals)
     exit_code = None
     status = "FAILED"  # unless the run ends, or stops on a signal
-    seconds = {"eval_and_samples": 0.0, "checkpoints": 0.0, "tracking": 0.0}
     try:
         with StopSignals() as stop_signals:
             last = start if stopper.should_stop else cfg.max_steps  # an early-stopped run stays stopped
-            progress = tqdm(
-                range(start, last),
-                desc="train",
-                unit="step",
-                mininterval=2.0,
-                initial=start,
-                total=last,
-                disable=not group.is_main,
-            )
+            progress = tqdm(range(start, last), "train", total=last, initial=start, unit="step", mininterval=2.0,
+                            disable=not group.is_main)  # fmt: skip
             for step in progress:
                 step_started = time.perf_counter()
-                lr = schedule.lr(step)
-                for param_group in optimizer.param_groups:
-                    param_group["lr"] = lr
                 micro_batches = [data_order.batch(tokens, step, m, group.rank) for m in range(cfg.accum_steps)]
-                optimizer.zero_grad(set_to_none=True)
-                first_micro_batch = group.rank * cfg.accum_steps  # this rank's place in the global batch
-                for m in range(cfg.accum_steps):
-                    faults.record_batch(
-                        step, group.rank, first_micro_batch + m, data_order.micro_offsets(step, m, group.rank)
-                    )
+                hooks.record_step(step, group.rank, data_order)
 
-                def seed_dropout(index: int, step: int = step, first: int = first_micro_batch) -> None:
-                    torch.manual_seed(dropout_seed(cfg.seed, step, first + index))
+                def seed_dropout(m: int, step: int = step) -> None:
+                    torch.manual_seed(dropout_seed(cfg.seed, step, data_order.global_micro_batch(m, group.rank)))
 
-                loss_sum = accumulate_gradients(step_model, micro_batches, cfg.label_smoothing, autocast, seed_dropout)
-                loss_sum = group.mean(loss_sum)
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm).item()
-                optimizer.step()
-                if not math.isfinite(loss_sum):
-                    raise SolomonError(f"loss became {loss_sum} at step {step + 1}: lower lr.peak or raise lr.warmup")
-
+                lr = parts.schedule.lr(step)
+                loss, grad_norm = train_step(model, step_model, optimizer, micro_batches, lr, cfg.label_smoothing,
+                                             cfg.clip, autocast, seed_dropout)  # fmt: skip
+                loss = group.mean(loss)
+                if not math.isfinite(loss):
+                    raise SolomonError(f"loss became {loss} at step {step + 1}: lower lr.peak or raise lr.warmup")
                 done = step + 1
-                row = {
-                    "step": done,
-                    "tokens": done * tokens_per_step,
-                    "loss": loss_sum,
-                    "lr": lr,
-                    "grad_norm": grad_norm,
-                    "tokens_per_s": tokens_per_step / (time.perf_counter() - step_started),
-                }
+                row = {"step": done, "tokens": done * tokens_per_step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                       "tokens_per_s": tokens_per_step / (time.perf_counter() - step_started)}  # fmt: skip
                 if group.is_main:
                     run_log.step(row)
-                tracking_started = time.perf_counter()
-                tracker.step(row)
-                seconds["tracking"] += time.perf_counter() - tracking_started
-                progress.set_postfix(loss=f"{loss_sum:.3f}", lr=f"{lr:.2e}", refresh=False)
-                stop_early = False
+                with timers("tracking"):
+                    tracker.step(row)
+                progress.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
+
+                stop_early = stopper.should_stop
                 if done % cfg.eval_interval == 0 or done == cfg.max_steps:
-                    eval_started = time.perf_counter()
-                    if group.is_main:
-                        evaluate_and_sample(done)
-                    stop_early = group.any(stopper.should_stop)  # rank 0 decides; every rank hears it
-                    seconds["eval_and_samples"] += time.perf_counter() - eval_started
-                    faults.maybe_crash("after-eval", done)
-                stop_early = stop_early or stopper.should_stop
+                    with timers("eval_and_samples"):
+                        if group.is_main:
+                            record = evaluate(model, done)
+                            run_log.evaluation(record)
+                            tracker.evaluation(record)
+                        stop_early = group.any(stopper.should_stop)  # rank 0 decides; every rank hears it
+                    hooks.crash_point("after-eval", done)
                 # A signal reaches every rank (torchrun forwards it), but not necessarily within the same step.
                 signalled = group.any(stop_signals.received is not None)
-                finished = done == cfg.max_steps or stop_early
-                if done % cfg.ckpt_interval == 0 or finished or signalled:
-                    checkpoint_started = time.perf_counter()
-                    if group.is_main:
-                        checkpoints.save(done, checkpoint_state(done))
-                    group.any(False)  # nobody leaves before the checkpoint is on disk
-                    seconds["checkpoints"] += time.perf_counter() - checkpoint_started
-                faults.maybe_crash("after-step", done, group.rank)
-                faults.maybe_pause(done)
+                if done % cfg.ckpt_interval == 0 or done == cfg.max_steps or stop_early or signalled:
+                    with timers("checkpoints"):
+                        if group.is_main:
+                            checkpointer.save(done, parts.by_name(), metadata)
+                        group.any(False)  # nobody leaves before the checkpoint is on disk
+                hooks.crash_point("after-step", done, group.rank)
+                hooks.after_step(done)
                 if signalled:
-                    stop_signals.received = stop_signals.received or int(signal.SIGTERM)
-                    exit_code = 128 + stop_signals.received
-                    print(
-                        f"train: signal {stop_signals.received} at step {done}; checkpoint written, exiting "
-                        f"with {exit_code}; `dvc repro` resumes",
-                        file=sys.stderr,
-                    )
+                    exit_code = _announce_signal(stop_signals.received, done)
                     break
                 if stop_early:
                     if group.is_main:
@@ -391,40 +229,75 @@ def train(
         if not group.is_main:
             status = "FINISHED"
             return {}
-
-        finish_started = time.perf_counter()
-        tracker.finish("FINISHED")  # the last sends: part of this run's time
-        seconds["tracking"] += time.perf_counter() - finish_started
-        elapsed = time.perf_counter() - started
-        if not best_dir.is_dir():
-            raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
-        with staged_dir(paths.model_dir) as tmp:
-            shutil.copytree(best_dir, tmp, dirs_exist_ok=True)
-        checkpoints.mark_completed(True)
-        steps_here = done - start
-        metrics = {
-            "steps": done,
-            "tokens": done * tokens_per_step,
-            "final_loss": round(mean_tail_loss(read_steps(paths.steps_log)), 6),
-            "best_step": stopper.best_step,
-            "best_val_loss": round(stopper.best, 6),
-            "stopped_early": stopper.should_stop,
-            "parameters": model.num_params(non_embedding=False),
-            "resumed_from_step": start,
-            "wall_s": round(elapsed, 2),
-            # Where this process's wall time went (the rest is the optimiser steps and the step log).
-            "seconds": {name: round(value, 3) for name, value in seconds.items()},
-            "tokens_per_s": round(steps_here * tokens_per_step / elapsed, 1) if steps_here else None,
-            "precision": cfg.precision,
-            "compile": cfg.compile,
-            "threads": cfg.threads,
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "run_id": run_id,
-        }
-        write_json(paths.metrics, metrics)
+        with timers("tracking"):
+            tracker.finish("FINISHED")  # the last sends: part of this run's time
+        metrics = _finish(params, paths, checkpointer, stopper, model, run_id, start, done, timers, started)
         status = "FINISHED"
     finally:
         tracker.finish("KILLED" if exit_code is not None else status)
+    return metrics
+
+
+def _announce_signal(received: int | None, step: int) -> int:
+    """The exit status after a stop signal (128 + its number; a signal only another rank got counts as SIGTERM)."""
+    received = received or int(signal.SIGTERM)
+    exit_code = 128 + received
+    print(
+        f"train: signal {received} at step {step}; checkpoint written, exiting with {exit_code}; `dvc repro` resumes",
+        file=sys.stderr,
+    )
+    return exit_code
+
+
+def _environment(precision: str, compiled: bool) -> dict:
+    """What a checkpoint records of the process that wrote it."""
+    return {"torch": str(torch.__version__), "threads": torch.get_num_threads(), "precision": precision,
+            "compile": compiled}  # fmt: skip
+
+
+def _finish(
+    params: Params,
+    paths: TrainPaths,
+    checkpointer: Checkpointer,
+    stopper: EarlyStopping,
+    model: GPT,
+    run_id: str,
+    start: int,
+    done: int,
+    timers: Timers,
+    started: float,
+) -> dict:
+    """Write the best evaluated model to ``model_dir``, mark the run completed, and write its metrics."""
+    cfg = params.train
+    elapsed = time.perf_counter() - started
+    best_dir = paths.checkpoints / BEST_DIR
+    if not best_dir.is_dir():
+        raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
+    with staged_dir(paths.model_dir) as tmp:
+        shutil.copytree(best_dir, tmp, dirs_exist_ok=True)
+    checkpointer.mark_completed(True)
+    tokens_per_step = cfg.batch_size * params.model.block_size
+    steps_here = done - start
+    metrics = {
+        "steps": done,
+        "tokens": done * tokens_per_step,
+        "final_loss": round(mean_tail_loss(read_steps(paths.steps_log)), 6),
+        "best_step": stopper.best_step,
+        "best_val_loss": round(stopper.best, 6),
+        "stopped_early": stopper.should_stop,
+        "parameters": model.num_params(non_embedding=False),
+        "resumed_from_step": start,
+        "wall_s": round(elapsed, 2),
+        # Where this process's wall time went (the rest is the optimiser steps and the step log).
+        "seconds": {name: round(value, 3) for name, value in timers.seconds.items()},
+        "tokens_per_s": round(steps_here * tokens_per_step / elapsed, 1) if steps_here else None,
+        "precision": cfg.precision,
+        "compile": cfg.compile,
+        "threads": cfg.threads,
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "run_id": run_id,
+    }
+    write_json(paths.metrics, metrics)
     return metrics
 
 

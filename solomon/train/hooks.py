@@ -1,0 +1,104 @@
+"""The train stage's test hooks, declared: named crash points, a pause, and batch recording.
+
+The loop and the checkpointer are handed a ``Hooks`` object, as they are handed a ``Tracker``; they never read
+the environment. The stage script builds it with ``Hooks.from_environment`` from these variables, which are the
+interface tests, the docs runner and ``solomon bench`` use to drive a real train process:
+
+- ``SOLOMON_CRASH_AT=<point>:<step>`` SIGKILLs the process at that named point of that step, so a test can kill
+  it at an exact moment with a real signal; with several ranks ``SOLOMON_CRASH_RANK`` (default 0) names the rank.
+- ``SOLOMON_PAUSE_AT=<step>:<path>`` writes ``<path>.paused`` after that step and waits until ``<path>`` exists,
+  so a test can act while a run is known to be mid-way.
+- ``SOLOMON_RECORD_BATCHES=<dir>`` makes each rank append the window offsets it trains on to
+  ``<dir>/rank<r>.jsonl``, so a test can compare what different process layouts read.
+
+Unset, a hook costs one comparison per call and nothing per micro-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from solomon.errors import SolomonError
+from solomon.train.data_order import DataOrder
+
+CRASH_AT = "SOLOMON_CRASH_AT"
+CRASH_RANK = "SOLOMON_CRASH_RANK"
+PAUSE_AT = "SOLOMON_PAUSE_AT"
+RECORD_BATCHES = "SOLOMON_RECORD_BATCHES"
+
+# Every named crash point, in the order a step reaches them.
+CRASH_POINTS = ("checkpoint-write", "after-eval", "after-step")
+
+
+def crash_environment(point: str, step: int) -> dict[str, str]:
+    """The variables that make a train process kill itself at ``point`` of ``step``."""
+    if point not in CRASH_POINTS:
+        raise ValueError(f"unknown crash point {point!r}; known: {', '.join(CRASH_POINTS)}")
+    return {CRASH_AT: f"{point}:{step}"}
+
+
+def pause_environment(step: int, release: Path) -> dict[str, str]:
+    """The variables that make a train process pause after ``step`` until ``release`` exists."""
+    return {PAUSE_AT: f"{step}:{release}"}
+
+
+@dataclass(frozen=True)
+class Hooks:
+    crash_at: tuple[str, int] | None = None
+    crash_rank: int = 0
+    pause_at: tuple[int, Path] | None = None
+    record_batches: Path | None = None
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> Hooks:
+        crash_at = pause_at = None
+        try:
+            if environ.get(CRASH_AT):
+                point, step = environ[CRASH_AT].rsplit(":", 1)
+                if point not in CRASH_POINTS:
+                    raise ValueError(f"unknown crash point {point!r}")
+                crash_at = (point, int(step))
+            if environ.get(PAUSE_AT):
+                step, release = environ[PAUSE_AT].split(":", 1)
+                pause_at = (int(step), Path(release))
+            crash_rank = int(environ.get(CRASH_RANK, "0"))
+        except ValueError as exc:
+            raise SolomonError(
+                f"bad test hook variable ({exc}): {CRASH_AT}=<{'|'.join(CRASH_POINTS)}>:<step>, "
+                f"{PAUSE_AT}=<step>:<path>, {CRASH_RANK}=<rank>"
+            ) from None
+        record = environ.get(RECORD_BATCHES)
+        return cls(crash_at, crash_rank, pause_at, Path(record) if record else None)
+
+    def crash_point(self, point: str, step: int, rank: int = 0) -> None:
+        """Die here, by SIGKILL, if this is the point, step and rank the hooks name."""
+        if self.crash_at == (point, step) and rank == self.crash_rank:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def after_step(self, step: int) -> None:
+        if self.pause_at is None or self.pause_at[0] != step:
+            return
+        release = self.pause_at[1]
+        Path(f"{release}.paused").touch()
+        while not release.exists():
+            time.sleep(0.05)
+
+    def record_step(self, step: int, rank: int, data_order: DataOrder) -> None:
+        """Append the windows this rank trains on at ``step``, by global micro-batch index, when recording;
+        otherwise nothing is computed."""
+        if self.record_batches is None:
+            return
+        with open(self.record_batches / f"rank{rank}.jsonl", "a") as log:
+            for m in range(data_order.accum_steps):
+                offsets = [int(o) for o in data_order.micro_offsets(step, m, rank)]
+                record = {"step": step, "micro_batch": data_order.global_micro_batch(m, rank), "offsets": offsets}
+                log.write(json.dumps(record) + "\n")
+
+
+NO_HOOKS = Hooks()

@@ -1,0 +1,92 @@
+"""The shape of the code, held by tests: imports run downward between floors, the training loop's collaborators
+read no environment, and the train fingerprint covers exactly the code the loop runs."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from solomon.imports import PACKAGE_DIR, _imported_modules, closure, relative_names
+
+# From the ground up; a module may import its own floor and the floors below (see README: Layout).
+FLOORS = (
+    ("ground", None),  # the top-level modules: params, records, atomic, hashing, errors, rng, runtime, ...
+    ("data", "solomon.data"),
+    ("model", "solomon.model"),
+    ("evaluation", "solomon.evaluation"),
+    ("train", "solomon.train"),
+    ("tracking", "solomon.tracking"),
+    ("audit", "solomon.audit"),
+    ("report", "solomon.report"),  # writes the run directory and its manifest
+    ("serving", "solomon.serving"),
+    ("tools", "solomon.tools"),
+)
+TOP = ("solomon.cli",)  # the command line sits above every floor
+
+
+def floor_of(module: str) -> int:
+    if module in TOP:
+        return len(FLOORS)
+    for index, (_, package) in reversed(list(enumerate(FLOORS))):
+        if package and (module == package or module.startswith(f"{package}.")):
+            return index
+    return 0
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
+    parts = relative.parts[:-1] if relative.name == "__init__" else relative.parts
+    return ".".join(parts)
+
+
+MODULES = sorted(PACKAGE_DIR.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE_DIR).as_posix())
+def test_imports_run_downward(path: Path) -> None:
+    here = module_name(path)
+    upward = sorted(m for m in _imported_modules(path) if floor_of(m) > floor_of(here))
+    assert not upward, f"{here} (floor {FLOORS[min(floor_of(here), len(FLOORS) - 1)][0]}) imports upward: {upward}"
+
+
+def test_the_audit_tracking_and_report_code_never_reaches_the_training_package() -> None:
+    for package in ("report", "audit", "tracking", "serving"):
+        for path in (PACKAGE_DIR / package).glob("*.py"):
+            reached = relative_names(closure(path))
+            assert not [name for name in reached if name.startswith("solomon/train/")], path
+
+
+ENVIRONMENT_FREE = ("train/loop.py", "train/checkpoint.py", "train/fingerprint.py", "train/step.py",
+                    "train/resume.py", "train/periodic_eval.py", "train/data_order.py")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ENVIRONMENT_FREE)
+def test_the_loop_and_its_collaborators_read_no_environment_variable(name: str) -> None:
+    """Test hooks and settings reach the loop as declared objects (``Hooks``, ``Tracker``), built by the stage."""
+    tree = ast.parse((PACKAGE_DIR / name).read_text(encoding="utf-8"))
+    reads = [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb")
+    ]
+    assert not reads, f"{name} reads the environment: {reads}"
+
+
+def test_the_fingerprint_hashes_the_loop_import_closure() -> None:
+    from solomon.train.fingerprint import LOOP
+
+    names = relative_names(closure(LOOP))
+    for expected in ("solomon/train/loop.py", "solomon/model/gpt.py", "solomon/data/tokenizer.py",
+                     "solomon/evaluation/heldout.py", "solomon/rng.py"):  # fmt: skip
+        assert expected in names
+    assert not [name for name in names if name.startswith("solomon/tracking/")]
+
+
+def test_closure_follows_lazy_imports_and_parent_packages(tmp_path: Path) -> None:
+    script = tmp_path / "script.py"
+    script.write_text("def main():\n    from solomon.audit.verify import verify\n")
+    names = relative_names(closure(script))
+    assert {"solomon/audit/__init__.py", "solomon/audit/verify.py", "solomon/audit/manifest.py"} <= set(names)
+    assert not [name for name in relative_names(closure(script, exclude=("solomon.audit",)))]
