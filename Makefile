@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image browser helm bench smoke test lint clean-venv mlflow-server mlflow-stop
+.PHONY: setup lock run repro report docs image browser helm bench smoke test test-fast lint clean-venv mlflow-server mlflow-stop
 
 setup: $(VENV)/.installed
 
@@ -38,14 +38,13 @@ report: setup
 docs: setup
 	$(BIN)/solomon docs render
 
-# The serving image of RUN (default: the latest run). Needs a Docker engine; the build runs `solomon verify`.
+# The serving image of RUN (a run id or directory; default: the latest run). Needs a Docker engine; the build
+# runs `solomon verify` again. Its run id and manifest SHA256 are those that `solomon verify` prints here.
 image: setup
-	$(eval RUN_ID := $(or $(RUN),$(shell $(BIN)/python -c "import json; print(json.load(open('reports/latest.json'))['run_id'])")))
-	$(BIN)/solomon verify reports/training/$(RUN_ID) --artifact models/model.safetensors --artifact models/config.json \
-		--artifact data/tokenizer.json
-	docker build --build-arg RUN_ID=$(RUN_ID) \
-		--build-arg MANIFEST_SHA256=$$(sha256sum reports/training/$(RUN_ID)/manifest.json | cut -d' ' -f1) \
-		-t solomon:$(RUN_ID) .
+	verified=$$($(BIN)/solomon verify $(RUN) --artifact models/model.safetensors --artifact models/config.json \
+		--artifact data/tokenizer.json) || { echo "$$verified"; exit 1; }; echo "$$verified"; \
+	docker build --build-arg RUN_ID=$${verified%%:*} --build-arg MANIFEST_SHA256=$${verified##* } \
+		-t solomon:$${verified%%:*} .
 
 # A benchmark, not a test: prints a table and writes reports/bench/<time>.json (the train part needs `make run`).
 bench: setup
@@ -70,6 +69,10 @@ helm: setup
 
 test: setup browser helm
 	$(BIN)/python -m pytest -q
+
+# The unit tier: every test not marked slow (no pipeline, training process, server, browser or external tool).
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -7,8 +7,13 @@ import json
 import os
 from pathlib import Path
 
-from solomon import __version__
+from solomon import __version__, records
 from solomon.errors import SolomonError, run_main
+from solomon.records import PARAMS_FILE
+
+ROOT_HELP = f"the repository root: workspace, DVC cache, {PARAMS_FILE}, {records.LATEST} (default: here)"
+RUN_HELP = "a run id, or the path of a run directory (<report.root>/<run-id>); default: the latest run"
+PID_FILE = "mlflow-server.pid"  # of `solomon track server`, read by `solomon track stop`
 
 
 def _smoke(args: argparse.Namespace) -> None:
@@ -91,7 +96,7 @@ def _bench(args: argparse.Namespace) -> None:
     rss = max(v["peak_rss_mib_so_far"] for v in throughput["variants"].values())
     print(f"peak RSS while training: {rss:.1f} MiB")
     root = Path(".")
-    if args.stage_steps and (root / "data/tokens/train.bin").is_file():
+    if args.stage_steps and (root / records.TOKENS_DIR / "train.bin").is_file():
         stage = result["stage"] = stage_overheads(root.resolve(), args.stage_steps)
         rows = [[name, stage["seconds"][name], f"{share:.2%}"] for name, share in stage["share_of_loop_wall"].items()]
         rows.append(["all overheads", round(sum(stage["seconds"].values()), 3), f"{stage['overhead_share']:.2%}"])
@@ -104,24 +109,38 @@ def _bench(args: argparse.Namespace) -> None:
             f"dvc repro with nothing changed: {stage['noop_dvc_repro_s']} s"
         )
     else:
-        print("train stage not timed: no data/tokens here (run `make run` first) or --stage-steps 0")
+        print(f"train stage not timed: no {records.TOKENS_DIR} here (run `make run` first) or --stage-steps 0")
     out = Path(args.out) / f"{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
     write_json(out, result)
     print(f"written: {out}")
 
 
-def _latest_run(latest: Path, otherwise: str) -> dict:
-    """``reports/latest.json``: the newest run's id and path."""
-    if not latest.is_file():
-        raise SolomonError(f"{latest} not found: run the pipeline first (`make run`), or {otherwise}")
-    return json.loads(latest.read_text(encoding="utf-8"))
+def _runs_root(root: Path) -> str:
+    """Where the runs of the repository ``root`` live: report.root of its params.yaml, or the default where there
+    is none (the serving image holds only the run directory, weights and tokenizer)."""
+    from solomon.params import ReportParams, load_params
+
+    params = root / PARAMS_FILE
+    return load_params(params).report.root if params.is_file() else ReportParams().root
 
 
-def _run_dir(args: argparse.Namespace) -> Path:
-    """The run directory given, else the one ``reports/latest.json`` (under --root) names."""
-    if args.run_dir:
-        return Path(args.run_dir)
-    return Path(args.root) / _latest_run(Path(args.root) / "reports/latest.json", "name a run directory")["path"]
+def run_directory(root: Path, run: str | None) -> Path:
+    """The run directory that ``run`` names in the repository ``root``: a directory path (as given), or a run id
+    (a bare name) under report.root; without ``run``, the latest run (``records.LATEST`` under ``root``). Every
+    command that acts on a run finds it here."""
+    if not run:
+        latest = records.read_latest(root)
+        if latest is None:
+            raise SolomonError(f"{root / records.LATEST} not found: run the pipeline first (`make run`), or name a run")
+        return root / latest["path"]
+    path = Path(run)
+    if path.is_dir() or len(path.parts) > 1:
+        return path
+    return root / _runs_root(root) / run
+
+
+def _run_of(args: argparse.Namespace) -> Path:
+    return run_directory(Path(args.root), args.run)
 
 
 def _verify(args: argparse.Namespace) -> None:
@@ -129,7 +148,7 @@ def _verify(args: argparse.Namespace) -> None:
 
     names = set(args.artifact) if args.artifact else None
     public_key = Path(args.public_key) if args.public_key else None
-    result = verify(_run_dir(args), Path(args.root), names, args.expect_digest, public_key)
+    result = verify(_run_of(args), Path(args.root), names, args.expect_digest, public_key)
     for problem in result.problems:
         print(f"FAIL {problem}")
     if result.problems:
@@ -140,23 +159,23 @@ def _verify(args: argparse.Namespace) -> None:
 
 def _sign(args: argparse.Namespace) -> None:
     from solomon.audit.signing import sign
-    from solomon.errors import SolomonError
 
     password = None
     if args.password_env:
         password = os.environ.get(args.password_env)
         if password is None:
             raise SolomonError(f"${args.password_env} is not set: export the key's password there")
-    print(f"signed: {sign(Path(args.run_dir), Path(args.private_key), password)}")
+    print(f"signed: {sign(_run_of(args), Path(args.private_key), password)}")
 
 
 def _promote(args: argparse.Namespace) -> None:
     from solomon.audit.promote import Refused, promote
     from solomon.params import load_params
 
-    policy = load_params(args.params).promote
+    root = Path(args.root)
+    policy = load_params(args.params or root / PARAMS_FILE).promote
     try:
-        done = promote(_run_dir(args), policy, Path(args.root))
+        done = promote(_run_of(args), policy, root)
     except Refused as refusal:
         print(f"promote refused: {refusal}")
         raise SystemExit(1) from None
@@ -168,7 +187,7 @@ def _generate(args: argparse.Namespace) -> None:
     from solomon.serving.generate import generate_text
 
     text = generate_text(
-        Path(args.run), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, args.seed
+        _run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, args.seed
     )
     print(text)
 
@@ -186,33 +205,40 @@ def _positive_float(text: str) -> float:
 def _report(args: argparse.Namespace) -> None:
     from solomon.report.run import render_pages
 
-    root = Path(args.root)
-    run_id = args.run or _latest_run(Path(args.latest), "pass --run <run-id>")["run_id"]
-    run_dir = root / run_id
-    if not (run_dir / "manifest.json").is_file():
-        raise SolomonError(f"{run_dir} has no manifest.json: pass a run directory name from {root}")
+    run_dir = _run_of(args)
+    if not (run_dir / records.RunFiles.MANIFEST).is_file():
+        raise SolomonError(f"{run_dir} has no {records.RunFiles.MANIFEST}: name a run made by the report stage")
     render_pages(run_dir)
-    print(f"report: {run_dir / 'index.html'} and {run_dir / 'README.md'} rebuilt from the run's own files")
+    pages = " and ".join(str(run_dir / page) for page in records.RunFiles.PAGES)
+    print(f"report: {pages} rebuilt from the run's own files")
 
 
 def _track_sync(args: argparse.Namespace) -> None:
-    from solomon.errors import SolomonError
-    from solomon.tracking import sync_run, tracking_uri
+    from solomon.tracking.replay import sync_run
+    from solomon.tracking.store import tracking_uri
 
-    run_dir = Path(args.root) / args.run_id
-    if not (run_dir / "run.json").is_file():
-        raise SolomonError(f"no run {args.run_id!r} under {args.root}: pass a directory name from there")
-    print(f"{args.run_id}: MLflow run {sync_run(run_dir, model_dir=Path(args.model_dir))} at {tracking_uri()}")
+    root = Path(args.root)
+    run_dir = _run_of(args)
+    if not (run_dir / records.RunFiles.RUN_INFO).is_file():
+        raise SolomonError(f"{run_dir} has no {records.RunFiles.RUN_INFO}: name a run made by the report stage")
+    model_dir = Path(args.model_dir) if args.model_dir else root / records.MODEL_DIR
+    mlflow_run = sync_run(run_dir, root, model_dir=model_dir)
+    print(f"{run_dir.name}: MLflow run {mlflow_run} at {tracking_uri(root)}")
 
 
 def _track_register(args: argparse.Namespace) -> None:
-    from solomon.tracking import register_version, set_alias
+    from solomon.params import PromoteParams, load_params
+    from solomon.tracking.registry import logged_run, register_version, set_alias
 
+    root = Path(args.root)
+    params_path = root / PARAMS_FILE
+    name = args.name or (load_params(params_path).promote if params_path.is_file() else PromoteParams()).model_name
+    run_id = _run_of(args).name  # a run directory is named by its run id
     tags = dict(tag.split("=", 1) for tag in args.tag)
-    version = register_version(args.run_id, args.name, tags)
+    version = register_version(logged_run(run_id, root), name, tags, root)
     if args.alias:
-        set_alias(args.name, args.alias, version)
-    print(f"{args.name} version {version}" + (f", alias {args.alias}" if args.alias else ""))
+        set_alias(name, args.alias, version, root)
+    print(f"{name} version {version}" + (f", alias {args.alias}" if args.alias else ""))
 
 
 def _key_value(text: str) -> str:
@@ -262,6 +288,18 @@ def _docs(args: argparse.Namespace) -> None:
         print(f"docs: {experiments.render_page(spec, page, root / 'docs', defaults)}")
 
 
+def _run_arguments(
+    parser: argparse.ArgumentParser, option: bool = False, default: str | None = None, default_text: str = ""
+) -> None:
+    """--root and the run a command acts on (resolved by ``run_directory``): positional, or ``--run``."""
+    text = RUN_HELP.replace("default: ", f"default: {default_text}")
+    if option:
+        parser.add_argument("--run", default=default, help=text)
+    else:
+        parser.add_argument("run", nargs="?", default=default, help=text)
+    parser.add_argument("--root", default=".", help=ROOT_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solomon", description="Reproducible small-LM training on CPU.")
     parser.add_argument("--version", action="version", version=f"solomon {__version__}")
@@ -283,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("--token-env", default="SOLOMON_REVIEW_TOKEN", help="variable holding the API token")
     review.set_defaults(func=_review)
     bench = commands.add_parser("bench", help="tokens/s, GFLOP/s and MFU per variant; a real train stage's overheads")
-    bench.add_argument("--params", default="params.yaml")
+    bench.add_argument("--params", default=PARAMS_FILE, help=f"the params to benchmark (default: {PARAMS_FILE})")
     bench.add_argument(
         "--steps", type=_positive_int, default=20, help="timed steps per variant (after 3 warm-up steps)"
     )
@@ -294,45 +332,35 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "verify", help="recompute every SHA256 in a run's manifest: exit 0 only when all match, else one line each"
     )
-    check.add_argument("run_dir", nargs="?", help="reports/training/<run-id> (default: the latest run)")
-    check.add_argument("--root", default=".", help="the repository (workspace and DVC cache); default: here")
+    _run_arguments(check)
     check.add_argument(
         "--artifact",
         action="append",
         default=[],
-        help="check only this subject (repeatable), e.g. models/model.safetensors",
+        help=f"check only this subject (repeatable), e.g. {records.WEIGHTS}",
     )
     check.add_argument("--expect-digest", help="the manifest SHA256 this run must have (as recorded at promotion)")
     check.add_argument("--public-key", help="PEM public key: the run's manifest.sig must verify with it")
     check.set_defaults(func=_verify)
     signer = commands.add_parser("sign", help="sign a run directory offline with a local EC key (OpenSSF format)")
-    signer.add_argument("run_dir", help="reports/training/<run-id>")
+    _run_arguments(signer)
     signer.add_argument("--private-key", required=True, help="PEM EC private key (e.g. openssl ecparam prime256v1)")
     signer.add_argument("--password-env", help="name of the environment variable holding the key's password")
     signer.set_defaults(func=_sign)
     gate = commands.add_parser(
         "promote", help="verify, check promote.* thresholds and the champion, then register and move the alias"
     )
-    gate.add_argument("run_dir", nargs="?", help="reports/training/<run-id> (default: the latest run)")
-    gate.add_argument("--root", default=".", help="the repository (workspace and DVC cache); default: here")
-    gate.add_argument("--params", default="params.yaml", help="where promote.* is read from")
+    _run_arguments(gate)
+    gate.add_argument("--params", help=f"where promote.* is read from (default: {PARAMS_FILE} under --root)")
     gate.set_defaults(func=_promote)
     rebuild = commands.add_parser(
-        "report", help="rebuild README.md and index.html of the latest run (or --run) from its files; no training"
+        "report", help="rebuild README.md and index.html of a run from its own files; no training"
     )
-    rebuild.add_argument("--run", help="a run id under --root (default: the one reports/latest.json names)")
-    rebuild.add_argument("--root", default="reports/training")
-    rebuild.add_argument("--latest", default="reports/latest.json")
+    _run_arguments(rebuild, option=True)
     rebuild.set_defaults(func=_report)
     sample = commands.add_parser("generate", help="sample text from a run's model, after verifying its files")
-    sample.add_argument(
-        "--run",
-        default=os.environ.get("SOLOMON_RUN"),
-        required="SOLOMON_RUN" not in os.environ,
-        help="reports/training/<run-id> (default: $SOLOMON_RUN)",
-    )
-    sample.add_argument("--prompt", required=True)
-    sample.add_argument("--root", default=".", help="the repository (workspace and DVC cache); default: here")
+    _run_arguments(sample, option=True, default=os.environ.get("SOLOMON_RUN"), default_text="$SOLOMON_RUN, else ")
+    sample.add_argument("--prompt", required=True, help="the text to continue")
     sample.add_argument("--max-new-tokens", type=_positive_int, help="default: the run's train.samples")
     sample.add_argument("--temperature", type=_positive_float, help="default: the run's train.samples")
     sample.add_argument("--top-k", type=_positive_int, help="default: the run's train.samples")
@@ -347,34 +375,40 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         command = docs.add_parser(name, help=text)
         command.add_argument("page", nargs="*", help="pages of docs/experiments.yaml (default: all)")
-        command.add_argument("--root", default=".", help="the repository (default: here)")
+        command.add_argument("--root", default=".", help=ROOT_HELP)
         command.set_defaults(func=_docs)
     track = commands.add_parser("track", help="MLflow tracking").add_subparsers(dest="track_command", required=True)
     sync = track.add_parser("sync", help="log a run directory to MLflow again, adding only what is missing")
-    sync.add_argument("run_id", help="a directory name under reports/training")
-    sync.add_argument("--root", default="reports/training")
-    sync.add_argument("--model-dir", default="models", help="logged too when it holds this run's weights")
+    _run_arguments(sync)
+    sync.add_argument(
+        "--model-dir",
+        help=f"logged too when it holds this run's weights (default: {records.MODEL_DIR} under --root)",
+    )
     sync.set_defaults(func=_track_sync)
     register = track.add_parser("register", help="register a synced run's model as a new version; move an alias")
-    register.add_argument("run_id")
-    register.add_argument("--name", default="solomon")
+    _run_arguments(register)
+    register.add_argument("--name", help="the registered model's name (default: promote.model_name in params.yaml)")
     register.add_argument("--alias", help="point this alias (e.g. candidate, production) at the new version")
     register.add_argument("--tag", type=_key_value, action="append", default=[], help="KEY=VALUE, repeatable")
     register.set_defaults(func=_track_register)
     server = track.add_parser("server", help="start a loopback MLflow server, recording its PID")
-    server.add_argument("--port", type=_positive_int, default=5000)
+    server.add_argument("--port", type=_positive_int, default=5000, help="the loopback port (default: 5000)")
     server.add_argument(
         "--backend",
         default=os.environ.get("MLFLOW_BACKEND_STORE_URI"),
         help="backend store URI (default: $MLFLOW_BACKEND_STORE_URI, else SQLite mlflow-server.db)",
     )
-    server.add_argument("--artifacts", default="mlflow-server-artifacts")
-    server.add_argument("--pid-file", default="mlflow-server.pid")
-    server.add_argument("--log", default="mlflow-server.log")
-    server.add_argument("--app-name", choices=["basic-auth"], default=None)
+    server.add_argument(
+        "--artifacts", default="mlflow-server-artifacts", help="the artifact root (default: mlflow-server-artifacts)"
+    )
+    server.add_argument("--pid-file", default=PID_FILE, help=f"where the server's PID is kept (default: {PID_FILE})")
+    server.add_argument("--log", default="mlflow-server.log", help="the server's log (default: mlflow-server.log)")
+    server.add_argument(
+        "--app-name", choices=["basic-auth"], default=None, help="basic-auth: users and permissions (MLflow auth app)"
+    )
     server.set_defaults(func=_server_start)
     stop = track.add_parser("stop", help="stop the server started by `solomon track server`")
-    stop.add_argument("--pid-file", default="mlflow-server.pid")
+    stop.add_argument("--pid-file", default=PID_FILE, help=f"the PID file `track server` wrote (default: {PID_FILE})")
     stop.set_defaults(func=_server_stop)
     return parser
 

@@ -1,4 +1,8 @@
-"""Load and validate params.yaml in one place: unknown keys and bad values are errors, never silent defaults."""
+"""Load and validate params.yaml in one place: unknown keys and bad values are errors, never silent defaults.
+
+Every default below is params.yaml's value (tests/test_defaults.py holds them equal): params.yaml is what users
+edit and DVC tracks; the defaults only fill sections that tests and older run directories leave out.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from solomon.errors import SolomonError
+from solomon.records import PARAMS_FILE
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -63,11 +68,11 @@ class TokenizerParams(_Section):
 
 
 class ModelParams(_Section):
-    n_layer: PositiveInt = 4
-    n_head: PositiveInt = 4
-    n_embd: PositiveInt = 256
-    block_size: PositiveInt = 128
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    n_layer: PositiveInt = 6
+    n_head: PositiveInt = 6
+    n_embd: PositiveInt = 384
+    block_size: PositiveInt = 256
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.2
     bias: bool = False
 
     @model_validator(mode="after")
@@ -95,7 +100,7 @@ class SampleParams(_Section):
 
 class TrainParams(_Section):
     seed: int = 1337
-    max_steps: PositiveInt = 800
+    max_steps: PositiveInt = 4000
     batch_size: PositiveInt = 16  # sequences per optimiser step, across micro-batches (and ranks)
     accum_steps: PositiveInt = 1  # micro-batches per optimiser step; must divide batch_size
     label_smoothing: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
@@ -103,14 +108,14 @@ class TrainParams(_Section):
     beta1: Fraction = 0.9
     beta2: Fraction = 0.95
     clip: Annotated[float, Field(ge=0.0)] = 1.0  # max global grad norm; 0 disables clipping
-    eval_interval: PositiveInt = 100
+    eval_interval: PositiveInt = 200
     eval_tokens: PositiveInt = 8192  # size of the fixed validation subset used during training
     early_stopping: EarlyStoppingParams = EarlyStoppingParams()
     samples: SampleParams = SampleParams()
-    ckpt_interval: PositiveInt = 100
+    ckpt_interval: PositiveInt = 200
     keep_checkpoints: PositiveInt = 3
     compile: bool = False
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["fp32", "bf16"] = "bf16"
     threads: PositiveInt = 2  # per process
     nproc: PositiveInt = 1  # data-parallel processes (torchrun on this machine); each takes its slice of a batch
 
@@ -128,7 +133,7 @@ class LrParams(_Section):
 
     schedule: Literal["noam"] = "noam"
     peak: Annotated[float, Field(gt=0.0)] = 1e-3
-    warmup: PositiveInt = 100
+    warmup: PositiveInt = 200
 
 
 class EvalParams(_Section):
@@ -157,7 +162,7 @@ class PromoteParams(_Section):
 
     model_name: str = "solomon"
     alias: str = "champion"
-    max: dict[MetricKey, float] = {}  # e.g. {test.bits_per_byte: 1.6}: refuse above
+    max: dict[MetricKey, float] = {"test.bits_per_byte": 1.6}  # refuse above
     min: dict[MetricKey, float] = {}  # e.g. {test.accuracy: 0.2}: refuse below
     compare: Annotated[str, Field(pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte)$")] = "test.bits_per_byte"
     tolerance: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0  # relative: how much worse than the champion passes
@@ -195,7 +200,7 @@ def describe_error(error: ValidationError) -> str:
     return f"'{where}': {first['msg']} (got {first.get('input')!r})"
 
 
-def load_params(path: str | Path = "params.yaml") -> Params:
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))

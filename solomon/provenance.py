@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import subprocess
 
-# The pipeline's own outputs change during every run; they do not make a checkout dirty.
-PIPELINE_OUTPUTS = ("dvc.lock", "metrics.json", "reports")
+from solomon import records
+
+# The pipeline's own outputs change during every run; they do not make a checkout dirty. (Every other output
+# is DVC-tracked, so git ignores it; `reports/` holds the step logs, reports/latest.json and the run directories.)
+PIPELINE_OUTPUTS = (records.DVC_LOCK, records.METRICS, records.REPORTS_DIR)
 
 
 def git_state() -> dict:

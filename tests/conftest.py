@@ -1,4 +1,10 @@
-"""Shared fixtures: a tiny pipeline built once with real DVC in a temporary git repository."""
+"""Shared fixtures and helpers: a tiny pipeline built once with real DVC in a temporary git repository, and the
+train stage run as its own process on that pipeline's tokens.
+
+Two tiers: `make test-fast` runs the tests not marked `slow`, `make test` runs them all. A test is slow when it runs
+a pipeline, a training process, a server, a browser or an external tool; every test on the built pipeline is, and
+is marked here rather than in its module.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,20 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, run
+from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, merge, pipeline_env, run
+from solomon.train import hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = str(Path(sys.executable).parent / "dvc")
+TRAIN = str(ROOT / "stages/train.py")
 
 # One thread per process: torch with two threads beside another busy process slows down badly.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -46,6 +57,79 @@ def flip_last_byte(path: Path) -> None:
 
 def dvc(repo: Path, *args: str, check: bool = True):
     return run([DVC, *args], repo, check=check)
+
+
+# The train stage as its own process, on the built pipeline's tokens, in a directory of its own.
+
+
+def workdir(built_repo: Path, path: Path, overrides: dict | None = None) -> Path:
+    """params.yaml for a training run in ``path``; tracking off unless ``overrides`` turn it on (test_tracking)."""
+    path.mkdir(parents=True, exist_ok=True)
+    params = merge(yaml.safe_load((built_repo / "params.yaml").read_text()), {"tracking": {"enabled": False}})
+    params = merge(params, overrides or {})
+    (path / "params.yaml").write_text(yaml.safe_dump(params))
+    return path
+
+
+def train_args(built_repo: Path, tokens_dir: Path | None = None) -> list[str]:
+    return [
+        sys.executable,
+        TRAIN,
+        str(tokens_dir or built_repo / "data/tokens"),
+        str(built_repo / "data/tokenizer.json"),
+        "models",
+        "checkpoints",
+        "train_log.tsv",
+        "train_evals.jsonl",
+        "train_metrics.json",
+    ]
+
+
+def run_train(
+    built_repo: Path,
+    cwd: Path,
+    crash_at: str | None = None,
+    tokens_dir: Path | None = None,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    """``crash_at``: ``<point>:<step>``, a crash point of ``solomon.train.hooks`` where the process kills itself."""
+    env = dict(env or pipeline_env())
+    env.pop(hooks.CRASH_AT, None)
+    if crash_at:
+        point, step = crash_at.rsplit(":", 1)
+        env |= hooks.crash_environment(point, int(step))
+    return subprocess.run(
+        [*train_args(built_repo, tokens_dir), *extra], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+def start_train(built_repo: Path, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        train_args(built_repo), cwd=cwd, env=pipeline_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def logged_steps(directory: Path) -> int:
+    path = directory / "train_log.tsv"
+    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
+
+
+def wait_for_steps(process: subprocess.Popen, cwd: Path, steps: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while logged_steps(cwd) < steps:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no step {steps} within {timeout} s"
+        time.sleep(0.01)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the marker must be there when it looks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `slow` every test on the built pipeline, whether it asks for it directly or through another fixture
+    (repo_copy, tiny_run, a module's own): the first pays for the build, each one for a copy or a run on it."""
+    for item in items:
+        if "built_repo" in item.fixturenames:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

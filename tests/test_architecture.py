@@ -90,3 +90,37 @@ def test_closure_follows_lazy_imports_and_parent_packages(tmp_path: Path) -> Non
     names = relative_names(closure(script))
     assert {"solomon/audit/__init__.py", "solomon/audit/verify.py", "solomon/audit/manifest.py"} <= set(names)
     assert not [name for name in relative_names(closure(script, exclude=("solomon.audit",)))]
+
+
+# Package code a stage runs that cannot change its outputs: tracking only mirrors the run to MLflow (the train
+# stage imports it lazily, when tracking.enabled). Everything else a stage script imports is a code dependency.
+OUTPUT_NEUTRAL = {"train": ("solomon.tracking",)}
+
+
+def stage_code_deps(stage: dict) -> set[str]:
+    """The stage's dependencies inside the package, directories expanded to their Python files."""
+    root = PACKAGE_DIR.parent
+    found: set[str] = set()
+    for dep in stage.get("deps", []):
+        path = root / dep
+        if not dep.startswith("solomon/"):
+            continue
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        found |= {f.relative_to(root).as_posix() for f in files}
+    return found
+
+
+def test_each_stage_depends_on_exactly_the_package_code_its_script_runs() -> None:
+    import yaml
+
+    root = PACKAGE_DIR.parent
+    stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    for name, stage in stages.items():
+        script = root / "stages" / f"{name}.py"
+        assert f"stages/{name}.py" in stage["deps"], name
+        runs = set(relative_names(closure(script, exclude=OUTPUT_NEUTRAL.get(name, ()))))
+        listed = stage_code_deps(stage)
+        assert listed == runs, (
+            f"dvc.yaml stage {name!r}: missing {sorted(runs - listed)}, not run {sorted(listed - runs)}; "
+            f"its code deps are: {sorted(runs)}"
+        )

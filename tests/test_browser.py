@@ -14,7 +14,10 @@ import pytest
 from conftest import latest_run_dir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make test` installs it as root)")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make test` installs it as root)"),
+]
 # Offline and quiet: no background connections (the network is closed), console messages on stderr.
 FLAGS = [
     "--headless",

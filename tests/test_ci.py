@@ -134,6 +134,7 @@ def test_the_promote_job_names_a_missing_variable(published, tmp_path: Path) -> 
     assert done.returncode != 0 and "MLFLOW_TRACKING_URI: is not set" in done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gitlab-ci-local") is None, reason="gitlab-ci-local is not on PATH")
 def test_gitlab_ci_local_runs_the_lint_job(tmp_path: Path) -> None:
     """The shell executor runs the job in the checkout itself (its .venv); its state goes to tmp_path."""

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DVC, digest, dvc
-from test_resume import logged_steps, run_train, train_args, wait_for_steps, workdir
+from conftest import DVC, digest, dvc, logged_steps, run_train, train_args, wait_for_steps, workdir
 
 from solomon.tools.scratch import merge, pipeline_env
 

@@ -77,6 +77,7 @@ def test_a_spec_with_a_bad_param_is_refused_before_anything_runs(tmp_path: Path)
         experiments.load_spec(tmp_path / "docs/experiments.yaml")
 
 
+@pytest.mark.slow
 def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path: Path) -> None:
     tiny = flatten(TINY_OVERRIDES) | {
         "train.max_steps": 6,

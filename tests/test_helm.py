@@ -13,7 +13,7 @@ from conftest import ROOT
 CHART = ROOT / "k8s/helm"
 TRAIN_CHART = ROOT / "k8s/train"
 HELM = shutil.which("helm")
-pytestmark = pytest.mark.skipif(HELM is None, reason="helm is not on PATH (see README: Kubernetes)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(HELM is None, reason="helm is not on PATH (see docs/kubernetes.md)")]
 
 
 def helm(*args: str) -> subprocess.CompletedProcess:

@@ -124,8 +124,9 @@ def test_exp_run_changes_warmup_and_metrics_diff_shows_it(repo_copy: Path) -> No
     changed = diff["metrics.json"]
     assert "val.loss" in changed and changed["val.loss"]["old"] == old["val"]["loss"]
     assert changed["val.loss"]["new"] != changed["val.loss"]["old"]
-    shown = dvc(repo_copy, "exp", "show", "--json").stdout
-    assert "lr.warmup" in shown or '"warmup": 10' in shown
+    shown = json.loads(dvc(repo_copy, "exp", "show", "--json").stdout)
+    [experiment] = [exp for baseline in shown for group in baseline["experiments"] or [] for exp in group["revs"]]
+    assert experiment["data"]["params"]["params.yaml"]["data"]["lr"]["warmup"] == 10
     # The experiment is its own MLflow run (embedded SQLite), named with DVC's experiment name and the run id.
     from mlflow.tracking import MlflowClient
 
@@ -134,8 +135,10 @@ def test_exp_run_changes_warmup_and_metrics_diff_shows_it(repo_copy: Path) -> No
     exp_runs = [r for r in runs if "dvc.exp_name" in r.data.tags]
     assert len(runs) == len(exp_runs) == 1, [r.data.tags for r in runs]
     run_id = json.loads((repo_copy / "reports/latest.json").read_text())["run_id"]
-    assert exp_runs[0].info.run_name == f"{exp_runs[0].data.tags['dvc.exp_name']}-{run_id}"
-    assert run_id in shown  # the same run id in the DVC experiment (train_metrics.json), MLflow and the run dir
+    assert exp_runs[0].data.tags["dvc.exp_name"] == experiment["name"]
+    assert exp_runs[0].info.run_name == f"{experiment['name']}-{run_id}"
+    # The same run id in the DVC experiment (its train_metrics.json), MLflow and the run directory.
+    assert experiment["data"]["metrics"]["reports/train_metrics.json"]["data"]["run_id"] == run_id
 
 
 def test_tokenizer_and_encoded_splits_are_byte_identical_across_runs(built_repo: Path, tmp_path: Path) -> None:

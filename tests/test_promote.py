@@ -75,7 +75,7 @@ def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: P
 
 
 def test_records_never_hold_tracking_credentials(monkeypatch) -> None:
-    from solomon.tracking import public_uri
+    from solomon.tracking.store import public_uri
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://alice:s3cret@mlflow.example:8443/base")
     assert public_uri() == "https://mlflow.example:8443/base"

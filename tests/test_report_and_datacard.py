@@ -12,28 +12,23 @@ import pytest
 import yaml
 from conftest import latest_run_dir
 
+from solomon import records
 from solomon.data.corpus import source_files
 from solomon.data.datacard import card_fields, render_markdown
 from solomon.errors import SolomonError
 from solomon.params import load_params
 from solomon.report.run import Provenance, create_run
 
+# The report stage's inputs, by name: where dvc.yaml takes them from in the workspace.
 REPORT_INPUTS = {
-    "metrics": "metrics.json",
-    "train_metrics": "reports/train_metrics.json",
-    "train_log": "reports/train_log.tsv",
-    "train_evals": "reports/train_evals.jsonl",
-    "datacard_md": "data/datacard.md",
-    "datacard_json": "data/datacard.json",
-    "reliability_val": "reports/reliability/val.json",
-    "reliability_test": "reports/reliability/test.json",
-    "model": "models/model.safetensors",
-    "tokenizer": "data/tokenizer.json",
+    **{name: path for name, (path, _) in records.RECORD_FILES.items()},
+    "model": records.WEIGHTS,
+    "tokenizer": records.TOKENIZER,
 }
 
 
 def test_html_report_is_self_contained_and_has_both_curves(built_repo: Path) -> None:
-    latest = json.loads((built_repo / "reports/latest.json").read_text())
+    latest = records.read_latest(built_repo)
     page = (built_repo / latest["path"] / "index.html").read_text()
     # loss (train and validation), learning rate, gradient norm, tokens/s, reliability diagram (val and test)
     assert page.count("<svg") == 5
@@ -54,7 +49,7 @@ def test_a_run_directory_belongs_to_one_training_run(repo_copy: Path) -> None:
     directory whole."""
     params = load_params(repo_copy / "params.yaml")
     files = {name: repo_copy / path for name, path in REPORT_INPUTS.items()}
-    root, latest = repo_copy / "reports/training", repo_copy / "reports/latest.json"
+    root, latest = repo_copy / params.report.root, repo_copy / records.LATEST
     provenance = Provenance(
         repo_copy, source_files(params.corpus, repo_copy), repo_copy / "dvc.lock", repo_copy / "requirements.lock", None
     )
@@ -67,7 +62,7 @@ def test_a_run_directory_belongs_to_one_training_run(repo_copy: Path) -> None:
     other_dir = create_run(params, repo_copy / "params.yaml", files, root, latest, provenance, when)
     assert other_dir == root / "20300102T030405Z-0123abcd"
     assert {p: p.read_bytes() for p in this_run.iterdir()} == snapshot
-    assert json.loads(latest.read_text())["run_id"] == other_dir.name
+    assert json.loads(latest.read_text()) == records.latest_record(other_dir.name, root)
     (other_dir / "stray.txt").write_text("left over")
     rebuilt = create_run(
         params, repo_copy / "params.yaml", files, root, latest, provenance, datetime(2030, 1, 3, tzinfo=UTC)
@@ -142,8 +137,12 @@ def test_make_report_rebuilds_the_pages_from_the_run_files_alone(repo_copy: Path
     # A run evaluated before calibration existed has no reliability files: its pages still build, without it.
     for split in ("val", "test"):
         (run_dir / f"reliability_{split}.json").unlink()
+    # Named by its run id under --root, from elsewhere.
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "solomon"), "report"], cwd=repo_copy, env=pipeline_env(), capture_output=True
+        [str(Path(sys.executable).parent / "solomon"), "report", "--run", run_dir.name, "--root", str(repo_copy)],
+        cwd=repo_copy.parent,
+        env=pipeline_env(),
+        capture_output=True,
     )
     assert done.returncode == 0, done.stderr
     assert (run_dir / "index.html").read_text().count("<svg") == 4

@@ -8,77 +8,14 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, digest
+from conftest import digest, logged_steps, run_train, start_train, wait_for_steps, workdir
 
 from solomon.records import DETERMINISTIC_COLUMNS
-from solomon.tools.scratch import merge, pipeline_env
-
-TRAIN = str(ROOT / "stages/train.py")
-
-
-def workdir(built_repo: Path, path: Path, overrides: dict | None = None) -> Path:
-    """params.yaml for a training run in ``path``; tracking off unless ``overrides`` turn it on (test_tracking)."""
-    path.mkdir(parents=True, exist_ok=True)
-    params = merge(yaml.safe_load((built_repo / "params.yaml").read_text()), {"tracking": {"enabled": False}})
-    params = merge(params, overrides or {})
-    (path / "params.yaml").write_text(yaml.safe_dump(params))
-    return path
-
-
-def train_args(built_repo: Path, tokens_dir: Path | None = None) -> list[str]:
-    return [
-        sys.executable,
-        TRAIN,
-        str(tokens_dir or built_repo / "data/tokens"),
-        str(built_repo / "data/tokenizer.json"),
-        "models",
-        "checkpoints",
-        "train_log.tsv",
-        "train_evals.jsonl",
-        "train_metrics.json",
-    ]
-
-
-def run_train(
-    built_repo: Path,
-    cwd: Path,
-    crash_at: str | None = None,
-    tokens_dir: Path | None = None,
-    extra: tuple[str, ...] = (),
-    env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess:
-    env = dict(env or pipeline_env())
-    env.pop("SOLOMON_CRASH_AT", None)
-    if crash_at:
-        env["SOLOMON_CRASH_AT"] = crash_at
-    return subprocess.run(
-        [*train_args(built_repo, tokens_dir), *extra], cwd=cwd, env=env, capture_output=True, text=True
-    )
-
-
-def start_train(built_repo: Path, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        train_args(built_repo), cwd=cwd, env=pipeline_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-
-
-def logged_steps(directory: Path) -> int:
-    path = directory / "train_log.tsv"
-    return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
-
-
-def wait_for_steps(process: subprocess.Popen, cwd: Path, steps: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while logged_steps(cwd) < steps:
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"no step {steps} within {timeout} s"
-        time.sleep(0.01)
+from solomon.tools.scratch import pipeline_env
 
 
 def outcome(cwd: Path) -> dict:

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, tree_digest
 
 from solomon.tools.scratch import PIPELINE_FILES, pipeline_env
+
+pytestmark = pytest.mark.slow
 
 
 def test_smoke_runs_everything_and_touches_nothing(tmp_path: Path) -> None:

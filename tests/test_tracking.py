@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -18,8 +20,9 @@ from conftest import DVC, digest, latest_run_dir
 from mlflow.tracking import MlflowClient
 
 from solomon.tools.scratch import pipeline_env
-from solomon.tracking import RUN_ID_TAG, STEP_METRICS, model_artifact_path, sync_run
 from solomon.tracking import server as mlflow_server
+from solomon.tracking.replay import sync_run
+from solomon.tracking.store import RUN_ID_TAG, STEP_METRICS, model_artifact_path
 
 
 def free_port() -> int:
@@ -130,6 +133,7 @@ def test_sync_rebuilds_a_whole_run_in_an_empty_server(
     run_dir = latest_run_dir(built_repo)
     first = sync_run(run_dir, built_repo, model_dir=built_repo / "models")
     assert sync_run(run_dir, built_repo, model_dir=built_repo / "models") == first  # the same run, nothing doubled
+    assert the_run(MlflowClient(server.uri), run_dir.name).info.run_id == first
     check_everything_readable(MlflowClient(server.uri), run_dir, tmp_path)
 
 
@@ -247,7 +251,7 @@ def test_temp_and_queued_experiments_log_to_the_workspace_store(repo_copy: Path,
     from conftest import dvc
 
     from solomon.tools.scratch import run
-    from solomon.tracking import workspace_root
+    from solomon.tracking.store import workspace_root
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert workspace_root(repo_copy / ".dvc/tmp/exps/tmpabc123") == repo_copy.resolve()
@@ -275,20 +279,21 @@ def test_temp_and_queued_experiments_log_to_the_workspace_store(repo_copy: Path,
 
 def test_registry_versions_tags_and_a_moving_alias(built_repo: Path, server: Server, monkeypatch) -> None:
     from solomon.errors import SolomonError
-    from solomon.tracking import alias_version, register_version, set_alias
+    from solomon.tracking.registry import alias_version, logged_run, register_version, set_alias
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", server.uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "registry-test")  # the shared server knows this run elsewhere
     run_dir = latest_run_dir(built_repo)
     with pytest.raises(SolomonError, match="is not in"):
-        register_version(run_dir.name, "solomon", {})
-    sync_run(run_dir, built_repo)  # no model directory given: nothing to register yet
+        logged_run(run_dir.name)
+    mlflow_run = sync_run(run_dir, built_repo)  # no model directory given: nothing to register yet
+    assert logged_run(run_dir.name) == mlflow_run
     with pytest.raises(SolomonError, match="has no model artifact"):
-        register_version(run_dir.name, "solomon", {})
-    sync_run(run_dir, built_repo, model_dir=built_repo / "models")
-    first = register_version(run_dir.name, "solomon", {"gate": "passed"})
+        register_version(mlflow_run, "solomon", {})
+    assert sync_run(run_dir, built_repo, model_dir=built_repo / "models") == mlflow_run
+    first = register_version(mlflow_run, "solomon", {"gate": "passed"})
     set_alias("solomon", "production", first)
-    second = register_version(run_dir.name, "solomon", {})
+    second = register_version(mlflow_run, "solomon", {})
     assert (first, second) == ("1", "2")
     assert alias_version("solomon", "production") == "1"
     set_alias("solomon", "production", second)
@@ -300,29 +305,36 @@ def test_registry_versions_tags_and_a_moving_alias(built_repo: Path, server: Ser
     runs = MlflowClient(server.uri).search_runs(
         [MlflowClient(server.uri).get_experiment_by_name("registry-test").experiment_id]
     )
-    assert [version.run_id] == [r.info.run_id for r in runs]
+    assert [version.run_id] == [r.info.run_id for r in runs] == [mlflow_run]
+
+
+def schema_tables(directory: Path) -> int:
+    """The most tables any SQLite file in ``directory`` holds so far (0 while none, or while its writer locks it)."""
+    most = 0
+    for path in directory.iterdir():
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.1)) as db:
+                most = max(most, db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0])
+        except sqlite3.DatabaseError:
+            pass
+    return most
 
 
 def test_a_kill_while_the_sqlite_store_is_created_never_leaves_a_broken_store(tmp_path: Path) -> None:
     """MLflow builds its schema in ~2 s of steps; a run killed then must not leave a database MLflow rejects."""
+    from solomon.tracking.store import ensure_sqlite_store
+
     db = tmp_path / "mlflow.db"
     uri = f"sqlite:///{db}"
-    creator = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"from solomon import tracking; print('ready', flush=True); tracking.ensure_sqlite_store({uri!r})",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    script = f"from solomon.tracking.store import ensure_sqlite_store as e; print('ready', flush=True); e({uri!r})"
+    creator = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert creator.stdout.readline().strip() == "ready"
-    wait_until(lambda: any(tmp_path.iterdir()), "the store's first file", creator, timeout=60)
-    time.sleep(0.6)  # mid-way through the schema: a store created in place is broken for good from here on
+    wait_until(lambda: schema_tables(tmp_path) > 0, "the schema's first tables", creator, timeout=60)
+    creator.send_signal(signal.SIGSTOP)  # frozen part-way through the schema: the state the kill leaves
+    still_building = creator.poll() is None
     creator.kill()
     creator.wait(timeout=30)
-    assert not db.exists() or MlflowClient(uri).search_experiments() is not None
-    from solomon.tracking import ensure_sqlite_store
-
+    assert still_building, "the store was finished before the kill: the kill tested nothing"
+    assert not db.exists(), "a half-built store in place of mlflow.db: MLflow can never open it"
     ensure_sqlite_store(uri)
     assert MlflowClient(uri).get_experiment_by_name("Default") is not None

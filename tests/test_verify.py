@@ -12,6 +12,7 @@ from pathlib import Path
 from conftest import dvc, flip_last_byte, latest_run_dir
 
 from solomon.audit import manifest
+from solomon.records import LATEST, RunFiles
 from solomon.tools.scratch import pipeline_env, write_params
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
@@ -87,9 +88,18 @@ def test_a_subset_and_bad_input(repo_copy: Path) -> None:
         text=True,
     )
     assert done.returncode == 0 and done.stdout.startswith(f"{run_dir.name}: verified 1 artifacts"), done.stderr
-    (repo_copy / "reports/latest.json").unlink()
+    # A run id names the run under report.root of the repository --root, from any directory.
+    done = subprocess.run(
+        [SOLOMON, "verify", run_dir.name, "--root", str(repo_copy), "--artifact", "models/model.safetensors"],
+        cwd=repo_copy.parent,
+        env=pipeline_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0 and done.stdout.startswith(f"{run_dir.name}: verified 1 artifacts"), done.stderr
+    (repo_copy / LATEST).unlink()
     done = subprocess.run([SOLOMON, "verify"], cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
-    assert done.returncode == 2 and "reports/latest.json not found" in done.stderr
+    assert done.returncode == 2 and f"{LATEST} not found" in done.stderr
 
 
 def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(repo_copy: Path) -> None:
@@ -123,6 +133,10 @@ def test_generate_samples_repeatably_and_refuses_weights_that_do_not_verify(repo
     )
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout and first.stdout.startswith("In the beginning")
+    env = {k: v for k, v in pipeline_env().items() if k != "SOLOMON_RUN"}
+    no_run = [SOLOMON, "generate", "--prompt", "In the beginning", "--seed", "7"]
+    latest = subprocess.run(no_run, cwd=repo_copy, env=env, capture_output=True, text=True)
+    assert latest.stdout == first.stdout, latest.stderr  # no --run: the latest run
     flip_last_byte(repo_copy / "models/model.safetensors")
     refused = subprocess.run(command, cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
     assert refused.returncode == 2 and refused.stdout == ""
@@ -170,7 +184,7 @@ def test_a_signed_run_catches_the_forgery_an_unsigned_one_cannot(repo_copy: Path
     statement["predicate"]["git"]["commit"] = "f" * 40
     forged = manifest.encode(statement)
     (run_dir / "manifest.json").write_bytes(forged)
-    for page in manifest.PAGES:
+    for page in RunFiles.PAGES:
         path = run_dir / page
         path.write_text(path.read_text().replace(old_digest, manifest.digest_of(forged)))
     assert verify(repo_copy, run_dir).returncode == 0  # unsigned verify cannot tell

@@ -24,15 +24,16 @@ import torch
 import yaml
 
 import solomon
+from solomon import records
 from solomon.atomic import canonical_json
 from solomon.hashing import sha256_file
+from solomon.records import RUN_FILE_ROLES, RunFiles
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "urn:solomon:training-run:v1"
-MANIFEST = "manifest.json"
-# Pages that display the manifest digest, and so cannot be subjects of it.
-PAGES = ("index.html", "README.md")
-PROMOTION = "promotion.json"  # written later by `solomon promote`, kept when the report is rebuilt
+# Files of the run directory that are not its subjects: the manifest itself, the pages that show its digest, and
+# the promotion record written after it.
+NOT_SUBJECTS = (RunFiles.MANIFEST, *RunFiles.PAGES, RunFiles.PROMOTION)
 RUN = "run"  # location of a subject in the run directory (name relative to it)
 WORKSPACE = "workspace"  # a pipeline output, relative to the repository root; also in the DVC cache
 CORPUS = "corpus"  # a raw corpus file, relative to the repository root or inside an installed package
@@ -81,31 +82,19 @@ def dvc_stages(lock_path: Path, exclude: tuple[str, ...] = ("report",)) -> dict:
 def workspace_subjects(root: Path, corpus_files: list[tuple[str, Path]]) -> list[Subject]:
     """The pipeline's outputs this run used (weights, tokenizer, splits) and its raw corpus files."""
     subjects = [
-        Subject("models/model.safetensors", "weights", WORKSPACE, root / "models/model.safetensors"),
-        Subject("models/config.json", "model-config", WORKSPACE, root / "models/config.json"),
-        Subject("data/tokenizer.json", "tokenizer", WORKSPACE, root / "data/tokenizer.json"),
+        Subject(name, role, WORKSPACE, root / name)
+        for name, role in (
+            (records.WEIGHTS, "weights"),
+            (records.MODEL_CONFIG, "model-config"),
+            (records.TOKENIZER, "tokenizer"),
+        )
     ]
-    for path in sorted((root / "data/tokens").iterdir()):
-        subjects.append(Subject(f"data/tokens/{path.name}", "encoded-split", WORKSPACE, path))
-    for path in sorted((root / "data/corpus").iterdir()):
-        subjects.append(Subject(f"data/corpus/{path.name}", "prepared-corpus", WORKSPACE, path))
+    for folder, role in ((records.TOKENS_DIR, "encoded-split"), (records.CORPUS_DIR, "prepared-corpus")):
+        subjects += [
+            Subject(f"{folder}/{path.name}", role, WORKSPACE, path) for path in sorted((root / folder).iterdir())
+        ]
     subjects += [Subject(name, "raw-corpus", CORPUS, path) for name, path in corpus_files]
     return subjects
-
-
-RUN_FILE_ROLES = {
-    "metrics.json": "metrics",
-    "train_metrics.json": "metrics",
-    "reliability_val.json": "metrics",
-    "reliability_test.json": "metrics",
-    "hyperparameters.yaml": "hyperparameters",
-    "params.yaml": "hyperparameters",
-    "datacard.md": "datacard",
-    "datacard.json": "datacard",
-    "run.json": "provenance",
-    "train_log.tsv": "training-log",
-    "train_evals.jsonl": "training-log",
-}
 
 
 def run_subjects(run_dir: Path) -> list[Subject]:
@@ -113,7 +102,7 @@ def run_subjects(run_dir: Path) -> list[Subject]:
     return [
         Subject(path.name, RUN_FILE_ROLES.get(path.name, "report"), RUN, path)
         for path in sorted(run_dir.iterdir())
-        if path.is_file() and path.name not in (MANIFEST, *PAGES, PROMOTION)
+        if path.is_file() and path.name not in NOT_SUBJECTS
     ]
 
 
@@ -140,5 +129,5 @@ def environment(train_threads: int, eval_threads: int) -> dict:
 
 
 def read(run_dir: Path) -> tuple[dict, bytes]:
-    data = (run_dir / MANIFEST).read_bytes()
+    data = (run_dir / RunFiles.MANIFEST).read_bytes()
     return json.loads(data), data

@@ -9,7 +9,6 @@ the run directory.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -17,12 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from solomon.atomic import write_json
-from solomon.audit import manifest
-from solomon.audit.verify import locate_files, verify
+from solomon.audit.verify import verify
 from solomon.errors import SolomonError
 from solomon.params import PromoteParams
-
-MODEL_FILES = ("models/model.safetensors", "models/config.json")
+from solomon.records import MODEL_FILES, RunFiles, read_json
 
 
 class Refused(Exception):
@@ -62,40 +59,40 @@ def check_champion(value: float, champion: dict | None, policy: PromoteParams) -
         )
 
 
-def _model_dir(run_dir: Path, root: Path, into: Path) -> Path:
-    """The run's weights and config (from the workspace or the DVC cache, as verify found them) in ``into``."""
-    for name, found in locate_files(run_dir, root, MODEL_FILES).items():
-        shutil.copyfile(found, into / Path(name).name)
+def _model_dir(verified: dict[str, Path], into: Path) -> Path:
+    """The run's weights and config (from the workspace or the DVC cache, where verify found them) in ``into``."""
+    for name in MODEL_FILES:
+        shutil.copyfile(verified[name], into / Path(name).name)
     return into
 
 
 def promote(run_dir: Path, policy: PromoteParams, root: Path = Path(".")) -> Promotion:
-    from solomon import tracking  # imports mlflow
+    from solomon.tracking import registry, replay, store  # imports mlflow
 
     result = verify(run_dir, root)
     if result.problems:
         more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
         raise Refused(f"verify failed: {result.problems[0]}{more}; run `solomon verify {run_dir}`")
-    statement, _ = manifest.read(run_dir)
-    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    run_id = statement["predicate"]["run_id"]
+    predicate = result.statement["predicate"]
+    metrics = read_json(run_dir / RunFiles.METRICS)
+    run_id = predicate["run_id"]
     try:
         value = metric(metrics, policy.compare)
     except KeyError:
-        raise SolomonError(f"{run_dir}/metrics.json has no {policy.compare}: check promote.compare") from None
+        raise SolomonError(f"{run_dir / RunFiles.METRICS} has no {policy.compare}: check promote.compare") from None
     check_thresholds(metrics, policy)
-    champion = tracking.champion(policy.model_name, policy.alias, policy.compare, root)
+    champion = registry.champion(policy.model_name, policy.alias, policy.compare, root)
     check_champion(value, champion, policy)
 
     with tempfile.TemporaryDirectory() as tmp:
-        tracking.sync_run(run_dir, root, model_dir=_model_dir(run_dir, root, Path(tmp)))
+        mlflow_run = replay.sync_run(run_dir, root, model_dir=_model_dir(result.files, Path(tmp)))
     tags = {
         "manifest.sha256": result.digest,
-        "git.commit": str(statement["predicate"]["git"]["commit"]),
+        "git.commit": str(predicate["git"]["commit"]),
         f"metric.{policy.compare}": repr(value),
     }
-    version = tracking.register_version(run_id, policy.model_name, tags, root)
-    tracking.set_alias(policy.model_name, policy.alias, version, root)
+    version = registry.register_version(mlflow_run, policy.model_name, tags, root)
+    registry.set_alias(policy.model_name, policy.alias, version, root)
     record = {
         "run_id": run_id,
         "manifest_sha256": result.digest,
@@ -103,8 +100,8 @@ def promote(run_dir: Path, policy: PromoteParams, root: Path = Path(".")) -> Pro
         "previous": champion,
         "compare": {"metric": policy.compare, "value": value, "tolerance": policy.tolerance},
         "thresholds": {"max": dict(policy.max), "min": dict(policy.min)},
-        "tracking_uri": tracking.public_uri(root),
+        "tracking_uri": store.public_uri(root),
         "promoted_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    write_json(run_dir / manifest.PROMOTION, record)
-    return Promotion(version, champion, run_dir / manifest.PROMOTION)
+    write_json(run_dir / RunFiles.PROMOTION, record)
+    return Promotion(version, champion, run_dir / RunFiles.PROMOTION)

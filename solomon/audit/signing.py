@@ -14,23 +14,21 @@ from pathlib import Path
 
 from model_signing import hashing, signing, verifying
 
-from solomon.audit import manifest
 from solomon.errors import SolomonError, first_line
-
-SIGNATURE = "manifest.sig"
+from solomon.records import RunFiles
 
 
 def _hashing(run_dir: Path) -> hashing.Config:
     run_dir = run_dir.resolve()  # the library resolves ignored paths against the model path
-    return hashing.Config().set_ignored_paths(paths=[run_dir / SIGNATURE, run_dir / manifest.PROMOTION])
+    return hashing.Config().set_ignored_paths(paths=[run_dir / RunFiles.SIGNATURE, run_dir / RunFiles.PROMOTION])
 
 
 def sign(run_dir: Path, private_key: Path, password: str | None = None) -> Path:
     """Write ``manifest.sig`` into ``run_dir`` (atomically); return its path."""
-    if not (run_dir / manifest.MANIFEST).is_file():
-        raise SolomonError(f"{run_dir} has no manifest.json: sign a run directory made by the report stage")
+    if not (run_dir / RunFiles.MANIFEST).is_file():
+        raise SolomonError(f"{run_dir} has no {RunFiles.MANIFEST}: sign a run directory made by the report stage")
     if not private_key.is_file():
-        raise SolomonError(f"{private_key} not found: give a PEM EC private key (see README: signing)")
+        raise SolomonError(f"{private_key} not found: give a PEM EC private key (see docs/audit.md)")
     tmp = run_dir.parent / f".{run_dir.name}.{os.getpid()}.sig.tmp"
     try:
         config = signing.Config().use_elliptic_key_signer(private_key=private_key, password=password)
@@ -38,19 +36,19 @@ def sign(run_dir: Path, private_key: Path, password: str | None = None) -> Path:
     except (ValueError, TypeError) as exc:
         tmp.unlink(missing_ok=True)
         raise SolomonError(f"cannot sign with {private_key}: {first_line(exc, 240)}") from None
-    os.replace(tmp, run_dir / SIGNATURE)
-    return run_dir / SIGNATURE
+    os.replace(tmp, run_dir / RunFiles.SIGNATURE)
+    return run_dir / RunFiles.SIGNATURE
 
 
 def check(run_dir: Path, public_key: Path) -> str | None:
     """None when ``manifest.sig`` verifies with ``public_key``; otherwise the problem, as one line."""
     if not public_key.is_file():
         raise SolomonError(f"{public_key} not found: give the PEM public key of the signing key")
-    if not (run_dir / SIGNATURE).is_file():
-        return f"{SIGNATURE}: missing (sign the run with `solomon sign`)"
+    if not (run_dir / RunFiles.SIGNATURE).is_file():
+        return f"{RunFiles.SIGNATURE}: missing (sign the run with `solomon sign`)"
     try:
         config = verifying.Config().use_elliptic_key_verifier(public_key=public_key)
-        config.set_hashing_config(_hashing(run_dir)).verify(run_dir.resolve(), run_dir / SIGNATURE)
+        config.set_hashing_config(_hashing(run_dir)).verify(run_dir.resolve(), run_dir / RunFiles.SIGNATURE)
     except Exception as exc:  # the library raises ValueError and others for a bad signature or bundle
-        return f"{SIGNATURE}: does not verify with {public_key} ({first_line(exc, 240)})"
+        return f"{RunFiles.SIGNATURE}: does not verify with {public_key} ({first_line(exc, 240)})"
     return None

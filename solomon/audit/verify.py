@@ -9,18 +9,23 @@ Where each subject is looked for:
 
 The manifest itself must be in canonical form (any hand edit breaks it) and its digest must be the one the run's
 pages (``README.md``, ``index.html``) show.
+
+The result names where each checked subject was found, so a caller that loads them (``promote``, ``generate``)
+reads exactly the files that were verified, from one reading of the manifest.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from solomon import records
 from solomon.audit import manifest
 from solomon.data.corpus import corpus_file
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
+from solomon.records import RunFiles
 
 DVC_CACHE = Path(".dvc/cache/files/md5")
 
@@ -28,9 +33,11 @@ DVC_CACHE = Path(".dvc/cache/files/md5")
 @dataclass(frozen=True)
 class Result:
     run_id: str
-    digest: str
+    digest: str  # the manifest's SHA256
     checked: int
     problems: list[str]
+    files: dict[str, Path] = field(default_factory=dict)  # checked subject name -> where it was found
+    statement: dict = field(default_factory=dict)  # the manifest, as read
 
 
 def _outs(stages: dict) -> dict[str, str]:
@@ -60,7 +67,7 @@ class Locator:
     def __init__(self, run_dir: Path, root: Path, recorded_stages: dict) -> None:
         self.run_dir, self.root = run_dir, root
         self.recorded = _outs(recorded_stages)
-        lock = root / "dvc.lock"
+        lock = root / records.DVC_LOCK
         self.current = _outs(manifest.dvc_stages(lock, exclude=())) if lock.is_file() else {}
 
     def __call__(self, subject: dict) -> tuple[Path | None, str]:
@@ -81,14 +88,6 @@ class Locator:
         return self.root / name, "workspace"
 
 
-def locate_files(run_dir: Path, root: Path, names: tuple[str, ...]) -> dict[str, Path]:
-    """Where the manifest's subjects ``names`` are now (workspace, DVC cache, run directory), by name."""
-    statement, _ = manifest.read(run_dir)
-    locate = Locator(run_dir, root, statement["predicate"]["dvc"]["stages"])
-    subjects = {s["name"]: s for s in statement["subject"]}
-    return {name: locate(subjects[name])[0] for name in names}
-
-
 def verify(
     run_dir: Path,
     root: Path = Path("."),
@@ -98,12 +97,11 @@ def verify(
 ) -> Result:
     """Check the manifest of ``run_dir``: only the subjects in ``names`` when given (the manifest's own checks
     always run); ``expect_digest``, when given, must be the manifest's SHA256; with ``public_key``, the run
-    directory's signature must verify. Raises SolomonError when there is no readable manifest at all."""
-    path = run_dir / manifest.MANIFEST
+    directory's signature must verify. ``files`` of the result holds every checked subject that was found (whether
+    or not it matched). Raises SolomonError when there is no readable manifest at all."""
+    path = run_dir / RunFiles.MANIFEST
     if not path.is_file():
-        raise SolomonError(
-            f"{path} not found: pass a run directory (reports/training/<run-id>) made by the report stage"
-        )
+        raise SolomonError(f"{path} not found: pass a run directory (<report.root>/<run-id>) made by the report stage")
     data = path.read_bytes()
     try:
         statement = json.loads(data)
@@ -117,32 +115,34 @@ def verify(
         problem = check(run_dir, public_key)
         problems += [problem] if problem else []
     if expect_digest is not None and expect_digest != digest:
-        problems.append(f"manifest.json: SHA256 {digest[:12]}… is not the expected {expect_digest[:12]}…")
+        problems.append(f"{RunFiles.MANIFEST}: SHA256 {digest[:12]}… is not the expected {expect_digest[:12]}…")
     if statement.get("_type") != manifest.STATEMENT_TYPE or statement.get("predicateType") != manifest.PREDICATE_TYPE:
-        problems.append(f"manifest.json: not a Solomon in-toto statement ({manifest.PREDICATE_TYPE})")
+        problems.append(f"{RunFiles.MANIFEST}: not a Solomon in-toto statement ({manifest.PREDICATE_TYPE})")
     if manifest.encode(statement) != data:
-        problems.append("manifest.json: edited (its bytes are not the canonical form the report stage writes)")
-    for page in manifest.PAGES:
+        problems.append(f"{RunFiles.MANIFEST}: edited (its bytes are not the canonical form the report stage writes)")
+    for page in RunFiles.PAGES:
         if not (run_dir / page).is_file():
             problems.append(f"{page}: missing from the run directory")
         elif digest not in (run_dir / page).read_text(encoding="utf-8", errors="replace"):
             problems.append(
-                f"manifest.json: its SHA256 {digest[:12]}… is not the one {page} shows (one of them was edited)"
+                f"{RunFiles.MANIFEST}: its SHA256 {digest[:12]}… is not the one {page} shows (one of them was edited)"
             )
     predicate = statement.get("predicate", {})
     locate = Locator(run_dir, root, predicate.get("dvc", {}).get("stages", {}))
     subjects = [s for s in statement.get("subject", []) if names is None or s["name"] in names]
     if names is not None:
         problems += [f"{n}: not in the manifest" for n in sorted(names - {s["name"] for s in subjects})]
+    files = {}
     for subject in subjects:
         name, expected = subject["name"], subject["digest"]["sha256"]
         found, where = locate(subject)
         if found is None or not found.is_file():
             problems.append(f"{name}: missing (looked in the {where}{f': {found}' if found else ''})")
             continue
+        files[name] = found
         actual = sha256_file(found)
         if actual != expected:
             problems.append(
                 f"{name}: SHA256 mismatch in the {where} ({found}): {actual[:12]}…, manifest says {expected[:12]}…"
             )
-    return Result(predicate.get("run_id", run_dir.name), digest, len(subjects), problems)
+    return Result(predicate.get("run_id", run_dir.name), digest, len(subjects), problems, files, statement)

@@ -11,17 +11,25 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from solomon.model.linear_cross_entropy import linear_cross_entropy
+from solomon.params import ModelParams
 
 
 @dataclass(frozen=True)
 class GPTConfig:
+    """The architecture, as config.json stores it (these fields, in this order). The pipeline's sizes come from
+    params.yaml through ``from_params``; a bare config names its sizes, and its switches default to off."""
+
     vocab_size: int
-    block_size: int = 128
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 256
+    block_size: int
+    n_layer: int
+    n_head: int
+    n_embd: int
     dropout: float = 0.0
     bias: bool = False
+
+    @classmethod
+    def from_params(cls, params: ModelParams, vocab_size: int) -> GPTConfig:
+        return cls(vocab_size=vocab_size, **params.model_dump())
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,1 +1,1 @@
-"""The run report: a new directory per run under reports/training/, read from files, never from live objects."""
+"""The run report: a new directory per run under report.root, read from files, never from live objects."""

@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from solomon.evaluation.calibration import calibration_errors
+
 # Stable SVG ids and no timestamp: the same log gives the same bytes.
 plt.rcParams["svg.hashsalt"] = "solomon"
 plt.rcParams["svg.fonttype"] = "path"
@@ -48,8 +50,7 @@ def _reliability_figure(reliability: dict[str, list[dict]]):
     limit = min(1.0, top * 1.05)
     ax.plot([0, limit], [0, limit], "--", color="grey", linewidth=1, label="calibrated")
     for split, bins in reliability.items():
-        total = sum(b["tokens"] for b in bins)
-        ece = sum(b["tokens"] / total * abs(b["accuracy"] - b["confidence"]) for b in bins)
+        ece = calibration_errors(bins)["ece"]
         ax.plot(
             [b["confidence"] for b in bins],
             [b["accuracy"] for b in bins],

@@ -9,6 +9,7 @@ from markdown_it import MarkdownIt
 from tabulate import tabulate
 
 from solomon.params import flatten
+from solomon.records import RunFiles
 
 Table = tuple[list[str], list[list]]
 
@@ -28,7 +29,7 @@ def render_markdown(title: str, intro: list[str], tables: dict[str, Table], char
     parts += [f"![{name}]({name}.png)\n" for name in charts]
     for heading, (headers, rows) in tables.items():
         parts += [f"## {heading}\n", tabulate(rows, headers, tablefmt="github"), ""]
-    parts += ["## Data card\n", "[datacard.md](datacard.md)", ""]
+    parts += ["## Data card\n", f"[{RunFiles.DATACARD_MD}]({RunFiles.DATACARD_MD})", ""]
     return "\n".join(parts) + "\n"
 
 

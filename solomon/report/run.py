@@ -1,4 +1,4 @@
-"""Write ``reports/training/<run-id>/``: the hyperparameter record, the data card, metrics, the training log,
+"""Write ``<report.root>/<run-id>/``: the hyperparameter record, the data card, metrics, the training log,
 curves, ``README.md`` and a self-contained ``index.html``, and ``manifest.json`` (the SHA256 manifest).
 
 The run id is the training run's (made when training started, kept through resumes), so a run directory belongs
@@ -7,7 +7,6 @@ run's."""
 
 from __future__ import annotations
 
-import json
 import platform
 import shutil
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.params import Params
 from solomon.provenance import git_state
-from solomon.records import read_evals, read_steps
+from solomon.records import RECORD_FILES, RunFiles, latest_record, read_evals, read_json, read_reliability, read_steps
 from solomon.report import charts, document
 from solomon.rng import STREAMS, stream_seed
 
@@ -32,27 +31,6 @@ from solomon.rng import STREAMS, stream_seed
 def _one_line(text: str) -> str:
     """Generated text in a table cell: newlines shown as ⏎, pipes escaped for Markdown tables."""
     return text.replace("\n", " ⏎ ").replace("|", "\\|")
-
-
-# The run directory's copies of the report stage's inputs, under fixed names.
-RECORD_FILES = {
-    "metrics": "metrics.json",
-    "train_metrics": "train_metrics.json",
-    "train_log": "train_log.tsv",
-    "train_evals": "train_evals.jsonl",
-    "datacard_md": "datacard.md",
-    "datacard_json": "datacard.json",
-    "reliability_val": "reliability_val.json",
-    "reliability_test": "reliability_test.json",
-}
-
-
-def read_reliability(run_dir: Path) -> dict[str, list[dict]] | None:
-    """{split: bins} of the run's reliability diagram; None for a run evaluated before calibration existed."""
-    paths = {split: run_dir / f"reliability_{split}.json" for split in ("val", "test")}
-    if not all(path.is_file() for path in paths.values()):
-        return None
-    return {split: json.loads(path.read_text(encoding="utf-8")) for split, path in paths.items()}
 
 
 @dataclass(frozen=True)
@@ -95,12 +73,12 @@ def create_run(
     provenance: Provenance,
     now: datetime | None = None,
 ) -> Path:
-    """``files`` names the inputs: metrics, train_metrics, train_log, train_evals, datacard_md, datacard_json,
-    reliability_val, reliability_test, model, tokenizer."""
+    """``files`` names the inputs: those of ``records.RECORD_FILES`` (copied into the run directory), model and
+    tokenizer. ``root`` is where runs live (report.root); ``latest_path`` gets the pointer to this run."""
     now = now or datetime.now(UTC)
     hashes = {name: sha256_file(path) for name, path in sorted(files.items())}
     hashes["params"] = sha256_file(params_path)
-    train_metrics = json.loads(files["train_metrics"].read_text(encoding="utf-8"))
+    train_metrics = read_json(files["train_metrics"])
     run_id = train_metrics.get("run_id")
     if not run_id:
         raise SolomonError(
@@ -119,21 +97,21 @@ def create_run(
     hyperparameters = params.model_dump(mode="json")
     target = root / run_id
     with staged_dir(target) as tmp:
-        if (target / manifest.PROMOTION).is_file():  # the promotion record outlives a rebuilt report
-            shutil.copyfile(target / manifest.PROMOTION, tmp / manifest.PROMOTION)
-        shutil.copyfile(params_path, tmp / "params.yaml")
-        write_text(tmp / "hyperparameters.yaml", yaml.safe_dump(hyperparameters, sort_keys=False, allow_unicode=True))
-        for name, copy in RECORD_FILES.items():
+        if (target / RunFiles.PROMOTION).is_file():  # the promotion record outlives a rebuilt report
+            shutil.copyfile(target / RunFiles.PROMOTION, tmp / RunFiles.PROMOTION)
+        shutil.copyfile(params_path, tmp / RunFiles.PARAMS)
+        write_text(tmp / RunFiles.HYPERPARAMETERS, yaml.safe_dump(hyperparameters, sort_keys=False, allow_unicode=True))
+        for name, (_, copy) in RECORD_FILES.items():
             shutil.copyfile(files[name], tmp / copy)
-        write_json(tmp / "run.json", run_info)
+        write_json(tmp / RunFiles.RUN_INFO, run_info)
         charts.write_pngs(rows, evals, tmp, read_reliability(tmp))
 
         subjects = manifest.workspace_subjects(provenance.repo_root, provenance.corpus_files)
         statement = manifest.build(subjects + manifest.run_subjects(tmp), _predicate(params, run_info, provenance, now))
-        write_bytes(tmp / manifest.MANIFEST, manifest.encode(statement))
+        write_bytes(tmp / RunFiles.MANIFEST, manifest.encode(statement))
 
         render_pages(tmp)
-    write_json(latest_path, {"run_id": run_id, "path": (root / run_id).as_posix()})
+    write_json(latest_path, latest_record(run_id, root))
     return target
 
 
@@ -144,12 +122,12 @@ def render_pages(run_dir: Path) -> None:
     statement, encoded = manifest.read(run_dir)
     digest = manifest.digest_of(encoded)
     predicate = statement["predicate"]
-    run_info = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    train_metrics = json.loads((run_dir / "train_metrics.json").read_text(encoding="utf-8"))
-    hyperparameters = yaml.safe_load((run_dir / "hyperparameters.yaml").read_text(encoding="utf-8"))
-    rows = read_steps(run_dir / "train_log.tsv")
-    evals = read_evals(run_dir / "train_evals.jsonl")
+    run_info = read_json(run_dir / RunFiles.RUN_INFO)
+    metrics = read_json(run_dir / RunFiles.METRICS)
+    train_metrics = read_json(run_dir / RunFiles.TRAIN_METRICS)
+    hyperparameters = yaml.safe_load((run_dir / RunFiles.HYPERPARAMETERS).read_text(encoding="utf-8"))
+    rows = read_steps(run_dir / RunFiles.STEP_LOG)
+    evals = read_evals(run_dir / RunFiles.EVAL_LOG)
     run_id = run_info["run_id"]
     title = f"Training run {run_id}"
     intro = [
@@ -157,8 +135,8 @@ def render_pages(run_dir: Path) -> None:
         f"Created {run_info['created_utc']} from git commit {run_info['git']['commit'] or 'unknown'}"
         + (" (uncommitted changes)" if run_info["git"]["dirty"] else "")
         + f". MLflow run {predicate['mlflow']['run_id'] or '(not logged)'}, tagged solomon.run_id = {run_id}.",
-        f"Corpus: {hyperparameters['corpus']['source']}; data card: datacard.md. Hyperparameters: "
-        "hyperparameters.yaml (every value, defaults included) and params.yaml (as written).",
+        f"Corpus: {hyperparameters['corpus']['source']}; data card: {RunFiles.DATACARD_MD}. Hyperparameters: "
+        f"{RunFiles.HYPERPARAMETERS} (every value, defaults included) and {RunFiles.PARAMS} (as written).",
     ]
     tables = {
         "Held-out metrics": document.metrics_table(metrics),
@@ -185,6 +163,7 @@ def render_pages(run_dir: Path) -> None:
         ),
     }
     svgs = charts.svgs(rows, evals, read_reliability(run_dir))
-    datacard = (run_dir / "datacard.md").read_text(encoding="utf-8")
-    write_text(run_dir / "README.md", document.render_markdown(title, intro, tables, list(svgs)))
-    write_text(run_dir / "index.html", document.render_html(title, intro, tables, svgs, datacard))
+    datacard = (run_dir / RunFiles.DATACARD_MD).read_text(encoding="utf-8")
+    html_page, markdown_page = RunFiles.PAGES
+    write_text(run_dir / markdown_page, document.render_markdown(title, intro, tables, list(svgs)))
+    write_text(run_dir / html_page, document.render_html(title, intro, tables, svgs, datacard))

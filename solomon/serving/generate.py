@@ -12,22 +12,22 @@ from pathlib import Path
 import torch
 import yaml
 
-from solomon.audit.verify import locate_files, verify
+from solomon import records
+from solomon.audit.verify import verify
 from solomon.data.tokenizer import load_tokenizer
 from solomon.errors import SolomonError
 from solomon.model import weights
 from solomon.model.sampling import generate
+from solomon.records import RunFiles
 from solomon.runtime import configure_torch
-
-SERVING_FILES = ("models/model.safetensors", "models/config.json", "data/tokenizer.json")
 
 
 def verified_files(run_dir: Path, root: Path) -> dict[str, Path]:
     """Where the serving files are, after checking them against the manifest; refuses on any problem."""
-    result = verify(run_dir, root, set(SERVING_FILES))
+    result = verify(run_dir, root, set(records.SERVING_FILES))
     if result.problems:
         raise SolomonError(f"refusing to load {run_dir}: {result.problems[0]}; run `solomon verify {run_dir}`")
-    return locate_files(run_dir, root, SERVING_FILES)
+    return result.files
 
 
 def generate_text(
@@ -41,11 +41,11 @@ def generate_text(
     threads: int = 1,
 ) -> str:
     files = verified_files(run_dir, root)
-    hyper = yaml.safe_load((run_dir / "hyperparameters.yaml").read_text(encoding="utf-8"))
+    hyper = yaml.safe_load((run_dir / RunFiles.HYPERPARAMETERS).read_text(encoding="utf-8"))
     samples = hyper["train"]["samples"]
     configure_torch(threads)
-    model = weights.load_files(files["models/config.json"], files["models/model.safetensors"])
-    tokenizer = load_tokenizer(files["data/tokenizer.json"])
+    model = weights.load_files(files[records.MODEL_CONFIG], files[records.WEIGHTS])
+    tokenizer = load_tokenizer(files[records.TOKENIZER])
     prompt_ids = tokenizer.encode(prompt).ids
     if not prompt_ids:
         raise SolomonError("--prompt is empty: give some text to continue")

@@ -31,7 +31,7 @@ import yaml
 from solomon.errors import SolomonError, last_line
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params
-from solomon.records import read_steps
+from solomon.records import PARAMS_FILE, read_steps
 from solomon.runtime import configure_torch
 from solomon.tools.scratch import merge, pipeline_env
 from solomon.train.data_order import DataOrder
@@ -237,17 +237,17 @@ def resume_latency(command: list[str], work: Path, resume_step: int) -> float:
 def stage_overheads(repo: Path, stage_steps: int) -> dict:
     """A real train stage on ``repo``'s token files, in a scratch directory, with params.yaml's intervals; then
     the same run resumed (``max_steps`` raised, a resumable change) to time a resume."""
-    base = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    base = yaml.safe_load((repo / PARAMS_FILE).read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="solomon-bench-") as scratch:
         work = Path(scratch)
-        (work / "params.yaml").write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps}})))
+        (work / PARAMS_FILE).write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps}})))
         command = [
             sys.executable, str(repo / "stages/train.py"), str(repo / "data/tokens"), str(repo / "data/tokenizer.json"),
             "models", "checkpoints", "train_log.tsv", "train_evals.jsonl", "train_metrics.json",
         ]  # fmt: skip
         process_s = _run(command, work)
         metrics = json.loads((work / "train_metrics.json").read_text(encoding="utf-8"))
-        (work / "params.yaml").write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps + 2}})))
+        (work / PARAMS_FILE).write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps + 2}})))
         resume_s = resume_latency(command, work, stage_steps)
     wall = metrics["wall_s"]
     seconds = metrics["seconds"]

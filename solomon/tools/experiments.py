@@ -8,8 +8,9 @@ its ``runs`` (name → params), ``charts`` and ``columns`` (metrics for the resu
 sets every key that any of its runs changes, so the commands do not depend on the order they run in, nor on what
 the workspace held before.
 
-Data of a page: ``docs/<page>/data/<run>/`` (metrics.json, train_metrics.json, train_log.tsv, train_evals.jsonl,
-reliability_{val,test}.json, measured.json: command, wall seconds, peak RSS) and ``docs/<page>/data/exp_show.md``.
+Data of a page: ``docs/<page>/data/<run>/`` (the run's records under their run-directory names: metrics.json,
+train_metrics.json, train_log.tsv, train_evals.jsonl, reliability_{val,test}.json; and measured.json: command,
+wall seconds, peak RSS) and ``docs/<page>/data/exp_show.md``.
 """
 
 from __future__ import annotations
@@ -33,23 +34,27 @@ from solomon.atomic import staged_dir, write_json, write_text
 from solomon.errors import SolomonError, last_line
 from solomon.hashing import sha256_file
 from solomon.params import Params, describe_error, flatten
-from solomon.records import read_evals, read_steps
-from solomon.report.run import read_reliability
+from solomon.records import (
+    PARAMS_FILE,
+    RECORD_FILES,
+    WEIGHTS,
+    RunFiles,
+    read_evals,
+    read_json,
+    read_reliability,
+    read_steps,
+)
 from solomon.tools.scratch import make_scratch_repo, merge, pipeline_env
+from solomon.train.hooks import CRASH_AT
 
 SPEC = Path("docs/experiments.yaml")
 RUN_OPTIONS = frozenset({"fresh", "kill_after_step", "then"})
 THEN_LOG = "then.log"
+MEASURED = "measured.json"  # a run's command, wall seconds, peak RSS (and model SHA256)
 CHARTS = ("loss", "lr", "reliability")
-# The files of a run the page is drawn from: workspace path → name in the run's data directory.
-RESULT_FILES = {
-    "metrics.json": "metrics.json",
-    "reports/train_metrics.json": "train_metrics.json",
-    "reports/train_log.tsv": "train_log.tsv",
-    "reports/train_evals.jsonl": "train_evals.jsonl",
-    "reports/reliability/val.json": "reliability_val.json",
-    "reports/reliability/test.json": "reliability_test.json",
-}
+# The files of a run the page is drawn from: workspace path → name in the run's data directory (as in a run
+# directory). All of the run's records but the data card, which is the same for every run of a page.
+RESULT_FILES = dict(files for name, files in RECORD_FILES.items() if name not in ("datacard_md", "datacard_json"))
 # `dvc exp show --md` without the columns that only restate the setup (the runs' own params stay).
 EXP_SHOW = ["dvc", "exp", "show", "--md", "--only-changed", "--drop", "Created|State|Executor|bytes|seconds|run_id"]
 # Run `command` and report the largest resident set of any process it started (the train stage, in practice).
@@ -70,7 +75,7 @@ def load_spec(path: Path = SPEC) -> dict:
         raise SolomonError(f"cannot read {path}: {error}") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("base"), dict) or not isinstance(spec.get("pages"), dict):
         raise SolomonError(f"{path} needs a `base` mapping of params and a `pages` mapping (see docs/README.md)")
-    params = yaml.safe_load((path.parent.parent / "params.yaml").read_text(encoding="utf-8"))
+    params = yaml.safe_load((path.parent.parent / PARAMS_FILE).read_text(encoding="utf-8"))
     for page, entry in spec["pages"].items():
         missing = [key for key in ("runs", "charts", "columns") if not isinstance(entry, dict) or key not in entry]
         if missing:
@@ -122,7 +127,7 @@ def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
 
     Options: ``fresh`` removes the resumable training state first (`checkpoints/`), so the run starts at step 1;
     ``kill_after_step: N`` first runs the same experiment with the training process SIGKILLing itself after step
-    N (``SOLOMON_CRASH_AT``, the fault hook the resume tests use), then runs it again, which resumes."""
+    N (the train stage's crash hook, ``solomon.train.hooks``), then runs it again, which resumes."""
     runs = {run: run_entry(value) for run, value in spec["pages"][page]["runs"].items()}
     varied = sorted({key for overrides, _ in runs.values() for key in overrides})
     result = {}
@@ -133,14 +138,14 @@ def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
         lines = [f"dvc exp run -n {page}-{run} {flags}"]
         if "kill_after_step" in options:
             step = int(options["kill_after_step"])
-            lines.insert(0, f"SOLOMON_CRASH_AT=after-step:{step} dvc exp run -n {page}-{run}-killed {flags}")
+            lines.insert(0, f"{CRASH_AT}=after-step:{step} dvc exp run -n {page}-{run}-killed {flags}")
         lines[0] = fresh + lines[0]
         result[run] = lines
     return result
 
 
 def default_values(repo: Path) -> dict:
-    return flatten(yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8")), "params")
+    return flatten(yaml.safe_load((repo / PARAMS_FILE).read_text(encoding="utf-8")), "params")
 
 
 def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path) -> dict[str, dict]:
@@ -163,19 +168,19 @@ def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path)
                 )
                 *output, report = done.stderr.strip().splitlines()  # the measuring wrapper's JSON comes last
                 figures = {"command": line, **json.loads(report)}
-                killed = "SOLOMON_CRASH_AT=" in line
+                killed = f"{CRASH_AT}=" in line
                 if (figures["returncode"] != 0) != killed:  # a killed run must fail, every other must succeed
                     message = last_line("\n".join(output))
                     raise SolomonError(f"`{line}` exited {figures['returncode']}: {message}")
                 before.append(figures)
-            measured[run] = before.pop() | {"model_sha256": sha256_file(repo / "models/model.safetensors")}
+            measured[run] = before.pop() | {"model_sha256": sha256_file(repo / WEIGHTS)}
             if before:
                 measured[run]["before"] = before
             out = tmp / run
             out.mkdir()
             for path, name in RESULT_FILES.items():
                 shutil.copyfile(repo / path, out / name)
-            write_json(out / "measured.json", measured[run])
+            write_json(out / MEASURED, measured[run])
             then = run_entry(spec["pages"][page]["runs"][run])[1].get("then", [])
             if then:
                 write_text(out / THEN_LOG, _run_then(then, repo))
@@ -204,10 +209,6 @@ def _run_then(lines: list[str], repo: Path) -> str:
     return "\n".join(transcript) + "\n"
 
 
-def _read_json(path: Path):
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def read_results(data_dir: Path, runs: list[str]) -> dict[str, dict]:
     """{run: {metrics, train_metrics, measured, steps, evals, reliability}} from a page's data directory."""
     results = {}
@@ -216,11 +217,11 @@ def read_results(data_dir: Path, runs: list[str]) -> dict[str, dict]:
         if not folder.is_dir():
             raise SolomonError(f"no results for run {run} in {data_dir}: run `solomon docs run {data_dir.parent.name}`")
         results[run] = {
-            "metrics": _read_json(folder / "metrics.json"),
-            "train_metrics": _read_json(folder / "train_metrics.json"),
-            "measured": _read_json(folder / "measured.json"),
-            "steps": read_steps(folder / "train_log.tsv"),
-            "evals": read_evals(folder / "train_evals.jsonl"),
+            "metrics": read_json(folder / RunFiles.METRICS),
+            "train_metrics": read_json(folder / RunFiles.TRAIN_METRICS),
+            "measured": read_json(folder / MEASURED),
+            "steps": read_steps(folder / RunFiles.STEP_LOG),
+            "evals": read_evals(folder / RunFiles.EVAL_LOG),
             "reliability": read_reliability(folder),
         }
     return results

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import yaml
 
+from solomon.records import PARAMS_FILE
+
 # The pipeline's own files; data/, models/ and reports/ are produced in the copy.
-PIPELINE_FILES = ("dvc.yaml", "params.yaml", "requirements.lock", "stages", "solomon", "corpus", ".dvcignore")
+PIPELINE_FILES = ("dvc.yaml", PARAMS_FILE, "requirements.lock", "stages", "solomon", "corpus", ".dvcignore")
 
 TINY_OVERRIDES: dict = {
     "tokenizer": {"vocab_size": 512},
@@ -55,8 +57,8 @@ def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedP
 
 
 def write_params(repo: Path, overrides: dict) -> None:
-    params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
-    (repo / "params.yaml").write_text(yaml.safe_dump(merge(params, overrides), sort_keys=False), encoding="utf-8")
+    params = yaml.safe_load((repo / PARAMS_FILE).read_text(encoding="utf-8"))
+    (repo / PARAMS_FILE).write_text(yaml.safe_dump(merge(params, overrides), sort_keys=False), encoding="utf-8")
 
 
 def make_scratch_repo(source: Path, dest: Path, overrides: dict) -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import tempfile
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from solomon.atomic import staged_dir
 from solomon.errors import SolomonError
+from solomon.records import LATEST, METRICS, read_json, read_latest
 from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, run
 
 
@@ -24,11 +24,13 @@ def smoke(source: Path, keep: bool = False, keep_run: Path | None = None) -> dic
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
             raise SolomonError("smoke: dvc repro failed:\n" + "\n".join(tail))
-        latest = json.loads((repo / "reports/latest.json").read_text(encoding="utf-8"))
-        metrics = json.loads((repo / "metrics.json").read_text(encoding="utf-8"))
+        latest = read_latest(repo)
+        if latest is None:
+            raise SolomonError(f"smoke: dvc repro succeeded but wrote no {LATEST}")
+        metrics = read_json(repo / METRICS)
         if keep_run is not None:
             with staged_dir(keep_run) as tmp:
-                shutil.copytree(repo / "reports/training" / latest["run_id"], tmp, dirs_exist_ok=True)
+                shutil.copytree(repo / latest["path"], tmp, dirs_exist_ok=True)
         return {
             "seconds": round(time.perf_counter() - started, 1),
             "run": latest["run_id"],

@@ -1,0 +1,72 @@
+"""The MLflow model registry: a registered version is the model of one logged MLflow run (as ``replay`` stored
+it, by content), and an alias (``champion``, ``production``) names the version in use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from solomon.tracking import store  # first: it sets MLflow's HTTP defaults before mlflow is imported
+
+# isort: split
+from mlflow.exceptions import MlflowException
+
+from solomon.errors import SolomonError
+from solomon.records import WEIGHTS_FILE
+
+
+def logged_run(run_id: str, root: Path = Path(".")) -> str:
+    """The MLflow run id of training run ``run_id``, for registering a run synced earlier."""
+    found = store.find_run(run_id, root)
+    if found is None:
+        raise SolomonError(f"run {run_id!r} is not in {store.tracking_uri(root)}: `solomon track sync {run_id}` first")
+    return found
+
+
+def register_version(mlflow_run: str, name: str, tags: dict[str, str], root: Path = Path(".")) -> str:
+    """Register the model of ``mlflow_run`` (the one ``replay.sync_run`` returned: the model of the newest report
+    logged to it) as a new version of ``name``; return the version."""
+    client = store.connect(root)
+    run_tags = client.get_run(mlflow_run).data.tags
+    run_id, model_sha = run_tags.get(store.RUN_ID_TAG), run_tags.get(store.MODEL_TAG)
+    if model_sha is None:
+        raise SolomonError(f"no report of run {run_id!r} is in {store.tracking_uri(root)}: `solomon track sync` it")
+    source = store.model_artifact_path(model_sha)
+    if not any(a.path == f"{source}/{WEIGHTS_FILE}" for a in client.list_artifacts(mlflow_run, source)):
+        raise SolomonError(f"MLflow run of {run_id} has no model artifact: sync it from the checkout that trained it")
+    try:
+        client.create_registered_model(name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    version = client.create_model_version(
+        name,
+        f"runs:/{mlflow_run}/{source}",
+        run_id=mlflow_run,
+        tags={store.RUN_ID_TAG: run_id, store.MODEL_TAG: model_sha, **tags},
+    )
+    return str(version.version)
+
+
+def champion(name: str, alias: str, compare: str, root: Path = Path(".")) -> dict | None:
+    """The version ``alias`` names, with its run id and its ``compare`` metric (e.g. test.bits_per_byte); None
+    when there is no such registered model or alias yet."""
+    client = store.connect(root)
+    try:
+        version = client.get_model_version_by_alias(name, alias)
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            return None
+        raise
+    value = version.tags.get(f"metric.{compare}")
+    if value is None:  # registered by hand: read the metric from its MLflow run
+        value = client.get_run(version.run_id).data.metrics[compare.replace(".", "/", 1)]
+    return {"version": str(version.version), "run_id": version.tags.get(store.RUN_ID_TAG), "value": float(value)}
+
+
+def set_alias(name: str, alias: str, version: str, root: Path = Path(".")) -> None:
+    """Point ``alias`` (e.g. ``production``) at ``version`` of ``name``, moving it from any other version."""
+    store.connect(root).set_registered_model_alias(name, alias, version)
+
+
+def alias_version(name: str, alias: str, root: Path = Path(".")) -> str:
+    return str(store.connect(root).get_model_version_by_alias(name, alias).version)

@@ -1,0 +1,99 @@
+"""Logs a run directory (``reports/training/<run-id>/``) to MLflow after the fact, adding only what is missing:
+params, every step's metrics, evaluations, samples, held-out metrics, the report and the model.
+
+The report stage calls it, and so does ``solomon track sync <run-id>`` after an outage; ``solomon promote``
+registers the MLflow run it returns.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from solomon.tracking import store  # first: it sets MLflow's HTTP defaults before mlflow is imported
+
+# isort: split
+import yaml
+from mlflow.entities import Metric, RunStatus
+
+from solomon.errors import first_line
+from solomon.hashing import sha256_file
+from solomon.params import Params
+from solomon.records import DVC_LOCK, WEIGHTS_FILE, RunFiles, read_evals, read_json, read_steps
+
+HELD_OUT_METRICS = ("loss", "perplexity", "bits_per_byte", "accuracy")
+REPORT_DIR = "report"  # the run directory, as an artifact of its MLflow run
+
+
+def _matching_model_dir(run_info: dict, model_dir: Path | None) -> Path | None:
+    """The model directory only if it still holds the weights this run recorded (never log another model)."""
+    if model_dir is None or not (model_dir / WEIGHTS_FILE).is_file():
+        return None
+    expected = run_info["sha256"].get("model")
+    return model_dir if sha256_file(model_dir / WEIGHTS_FILE) == expected else None
+
+
+def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = None) -> str:
+    """Log ``run_dir`` (and ``model_dir``, when it holds this run's weights) to MLflow, adding only what is
+    missing; return the MLflow run id."""
+    run_info = read_json(run_dir / RunFiles.RUN_INFO)
+    run_id = run_info["run_id"]
+    model_sha = run_info["sha256"]["model"]
+    tags = store.source_tags(run_info["git"]) | {store.MODEL_TAG: model_sha}
+    lock = root / DVC_LOCK
+    if lock.is_file():
+        tags["dvc.lock.sha256"] = sha256_file(lock)
+    hyperparameters = yaml.safe_load((run_dir / RunFiles.HYPERPARAMETERS).read_text(encoding="utf-8"))
+    client, mlflow_run = store.open_run(run_id, tags, store.param_values(hyperparameters), root)
+
+    steps = read_steps(run_dir / RunFiles.STEP_LOG)
+    evals = read_evals(run_dir / RunFiles.EVAL_LOG)
+    start_ms = client.get_run(mlflow_run).info.start_time
+    missing = store.missing_metrics(client, mlflow_run, store.history_metrics(steps, evals, start_ms))
+
+    # Held-out metrics belong to the model at the final step; a re-evaluation logs a new value only if it differs.
+    final_step = max((int(row["step"]) for row in steps), default=0)
+    held_out = read_json(run_dir / RunFiles.METRICS)
+    for split, values in held_out.items():
+        for name in HELD_OUT_METRICS:
+            key = f"{split}/{name}"
+            history = sorted(
+                (m.timestamp, m.value) for m in client.get_metric_history(mlflow_run, key) if m.step == final_step
+            )
+            if not history or history[-1][1] != values[name]:
+                missing.append(Metric(key, values[name], int(time.time() * 1000), final_step))
+    for i in range(0, len(missing), store.BATCH):
+        client.log_batch(mlflow_run, metrics=missing[i : i + store.BATCH])
+
+    for record in store.missing_samples(client, mlflow_run, evals):
+        client.log_text(mlflow_run, store.samples_markdown(record), store.samples_path(record["step"]))
+    client.log_artifacts(mlflow_run, str(run_dir), REPORT_DIR)
+    model = _matching_model_dir(run_info, model_dir)
+    if model is not None:
+        client.log_artifacts(mlflow_run, str(model), store.model_artifact_path(model_sha))
+    client.set_terminated(mlflow_run, RunStatus.to_string(RunStatus.FINISHED))
+    return mlflow_run
+
+
+def sync_or_warn(run_dir: Path, root: Path = Path("."), model_dir: Path | None = None) -> str | None:
+    """``sync_run`` for the pipeline: an unreachable or failing tracking store is a warning, never an error."""
+    try:
+        return sync_run(run_dir, root, model_dir)
+    except Exception as exc:
+        store.warn(
+            f"could not log run {run_dir.name} to {store.tracking_uri(root)} ({first_line(exc)}); "
+            f"it is recorded in {run_dir}; replay with `solomon track sync {run_dir.name}`"
+        )
+        return None
+
+
+def open_run_or_warn(run_id: str, params: Params, root: Path = Path(".")) -> str | None:
+    """The MLflow run id of ``run_id`` (created if training could not log it), for the manifest; None, with a
+    warning, when the store cannot be reached."""
+    try:
+        return store.open_run(run_id, store.source_tags(), store.param_values(params.model_dump(mode="json")), root)[1]
+    except Exception as exc:
+        store.warn(
+            f"cannot reach {store.tracking_uri(root)} ({first_line(exc)}); the manifest records no MLflow run id"
+        )
+        return None
