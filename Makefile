@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image browser helm bench smoke test test-fast lint clean-venv mlflow-server mlflow-stop
+.PHONY: setup lock run repro report docs image browser helm bench chaos smoke test test-fast lint clean-venv mlflow-server mlflow-stop
 
 setup: $(VENV)/.installed
 
@@ -49,6 +49,11 @@ image: setup
 # A benchmark, not a test: prints a table and writes reports/bench/<time>.json (the train part needs `make run`).
 bench: setup
 	$(BIN)/solomon bench
+
+# N trials of random SIGKILLs of `dvc repro` (tiny config, scratch copy), each compared byte for byte: prints k/N.
+N ?= 20
+chaos: setup
+	$(BIN)/solomon chaos --trials $(N)
 
 # SMOKE_RUN_DIR=<dir>: keep the smoke run's report directory there (CI's job artifact).
 SMOKE_RUN_DIR ?=

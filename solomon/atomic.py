@@ -29,10 +29,37 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_with(path: str | Path, writer: Callable[[Path], None]) -> None:
-    """Call ``writer(tmp_path)`` and move the finished file to ``path`` atomically."""
+def _nothing(stage: str) -> None:
+    pass
+
+
+def tidy(target: str | Path) -> None:
+    """Undo what a killed write of ``target`` left beside it: temporary siblings (``.<name>.*.tmp``) are removed,
+    and a directory swap caught between its two renames is finished backwards (``.<name>.old`` becomes
+    ``<name>`` again when ``<name>`` is missing, else it is removed). One writer per target is assumed."""
+    target = Path(target)
+    if not target.parent.is_dir():
+        return
+    for partial in target.parent.glob(f".{glob_escape(target.name)}.*.tmp"):
+        shutil.rmtree(partial) if partial.is_dir() and not partial.is_symlink() else partial.unlink(missing_ok=True)
+    old = target.with_name(f".{target.name}.old")
+    if old.exists():
+        if target.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(old, target)
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def write_with(path: str | Path, writer: Callable[[Path], None], crash_point: Callable[[str], None] = _nothing) -> None:
+    """Call ``writer(tmp_path)`` and move the finished file to ``path`` atomically. ``crash_point("written")``
+    runs between the two (the test hooks kill the process there)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tidy(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -41,18 +68,19 @@ def write_with(path: str | Path, writer: Callable[[Path], None]) -> None:
         writer(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
+        crash_point("written")
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def write_bytes(path: str | Path, data: bytes) -> None:
-    write_with(path, lambda tmp: tmp.write_bytes(data))
+def write_bytes(path: str | Path, data: bytes, crash_point: Callable[[str], None] = _nothing) -> None:
+    write_with(path, lambda tmp: tmp.write_bytes(data), crash_point)
 
 
-def write_text(path: str | Path, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
+def write_text(path: str | Path, text: str, crash_point: Callable[[str], None] = _nothing) -> None:
+    write_bytes(path, text.encode("utf-8"), crash_point)
 
 
 def canonical_json(obj: Any) -> str:
@@ -60,18 +88,22 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    write_text(path, canonical_json(obj))
+def write_json(path: str | Path, obj: Any, crash_point: Callable[[str], None] = _nothing) -> None:
+    write_text(path, canonical_json(obj), crash_point)
 
 
 @contextmanager
-def staged_dir(target: str | Path) -> Iterator[Path]:
+def staged_dir(target: str | Path, crash_point: Callable[[str], None] = _nothing) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``target``; on success it becomes ``target``.
 
-    On any error the temporary directory is removed and ``target`` is left exactly as it was.
+    On any error the temporary directory is removed and ``target`` is left exactly as it was. A kill leaves at
+    worst a temporary directory or, between the two renames, ``.<name>.old`` without ``<name>``: the next write of
+    ``target`` (or ``tidy``) repairs either. ``crash_point("staged")`` runs once the content is on disk and
+    ``crash_point("swap")`` between the renames (the test hooks kill the process there).
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    tidy(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
     try:
@@ -80,10 +112,12 @@ def staged_dir(target: str | Path) -> Iterator[Path]:
             if file.is_file():
                 with open(file, "rb+") as handle:
                     os.fsync(handle.fileno())
+        crash_point("staged")
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(target, old)
+            crash_point("swap")
             os.replace(tmp, target)
             shutil.rmtree(old, ignore_errors=True)
         else:

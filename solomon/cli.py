@@ -24,6 +24,15 @@ def _smoke(args: argparse.Namespace) -> None:
     print(json.dumps(result, indent=2))
 
 
+def _chaos(args: argparse.Namespace) -> None:
+    from solomon.tools.chaos import chaos
+
+    result = chaos(Path(args.source).resolve(), args.trials, args.seed, report=lambda line: print(line, flush=True))
+    print(f"chaos: {result['identical']}/{result['trials']} trials bit-identical (seed {result['seed']})")
+    if result["identical"] != result["trials"]:
+        raise SystemExit(1)
+
+
 def _review(args: argparse.Namespace) -> None:
     from solomon.tools.review import NotesApi, post_or_update, render_note
 
@@ -144,38 +153,44 @@ def _run_of(args: argparse.Namespace) -> Path:
 
 
 def _verify(args: argparse.Namespace) -> None:
-    from solomon.audit.verify import verify
+    from solomon.audit.verify import summary, verify
 
     names = set(args.artifact) if args.artifact else None
     public_key = Path(args.public_key) if args.public_key else None
     result = verify(_run_of(args), Path(args.root), names, args.expect_digest, public_key)
-    for problem in result.problems:
-        print(f"FAIL {problem}")
-    if result.problems:
-        print(f"{result.run_id}: {len(result.problems)} problem(s); manifest sha256 {result.digest}")
-        raise SystemExit(1)
-    print(f"{result.run_id}: verified {result.checked} artifacts; manifest sha256 {result.digest}")
+    for kind, lines in (("FAIL", result.problems), ("DIFF", result.workspace), ("NOTE", result.notes)):
+        for line in lines:
+            print(f"{kind} {line}")
+    print(summary(result))
+    if result.status:
+        raise SystemExit(result.status)
 
 
 def _sign(args: argparse.Namespace) -> None:
     from solomon.audit.signing import sign
+    from solomon.records import RunFiles
 
     password = None
     if args.password_env:
         password = os.environ.get(args.password_env)
         if password is None:
             raise SolomonError(f"${args.password_env} is not set: export the key's password there")
-    print(f"signed: {sign(_run_of(args), Path(args.private_key), password)}")
+    signature = sign(_run_of(args), Path(args.private_key), password)
+    promotion = signature.parent / RunFiles.PROMOTION_SIGNATURE
+    print(f"signed: {signature}" + (f" and {promotion}" if promotion.is_file() else ""))
 
 
 def _promote(args: argparse.Namespace) -> None:
-    from solomon.audit.promote import Refused, promote
+    from solomon.audit.promote import Refused, promote, requirements
     from solomon.params import load_params
 
     root = Path(args.root)
     policy = load_params(args.params or root / PARAMS_FILE).promote
+    run_dir = _run_of(args)
+    public_key = Path(args.public_key) if args.public_key else None
+    required = requirements(policy, run_dir, root, public_key, args.expect_digest)
     try:
-        done = promote(_run_of(args), policy, root)
+        done = promote(run_dir, policy, root, required)
     except Refused as refusal:
         print(f"promote refused: {refusal}")
         raise SystemExit(1) from None
@@ -215,29 +230,32 @@ def _report(args: argparse.Namespace) -> None:
 
 def _track_sync(args: argparse.Namespace) -> None:
     from solomon.tracking.replay import sync_run
-    from solomon.tracking.store import tracking_uri
+    from solomon.tracking.store import public_uri, redacted_errors
 
     root = Path(args.root)
     run_dir = _run_of(args)
     if not (run_dir / records.RunFiles.RUN_INFO).is_file():
         raise SolomonError(f"{run_dir} has no {records.RunFiles.RUN_INFO}: name a run made by the report stage")
     model_dir = Path(args.model_dir) if args.model_dir else root / records.MODEL_DIR
-    mlflow_run = sync_run(run_dir, root, model_dir=model_dir)
-    print(f"{run_dir.name}: MLflow run {mlflow_run} at {tracking_uri(root)}")
+    with redacted_errors(f"logging {run_dir.name}", root):
+        mlflow_run = sync_run(run_dir, root, model_dir=model_dir)
+    print(f"{run_dir.name}: MLflow run {mlflow_run} at {public_uri(root)}")
 
 
 def _track_register(args: argparse.Namespace) -> None:
     from solomon.params import PromoteParams, load_params
     from solomon.tracking.registry import logged_run, register_version, set_alias
+    from solomon.tracking.store import redacted_errors
 
     root = Path(args.root)
     params_path = root / PARAMS_FILE
     name = args.name or (load_params(params_path).promote if params_path.is_file() else PromoteParams()).model_name
     run_id = _run_of(args).name  # a run directory is named by its run id
     tags = dict(tag.split("=", 1) for tag in args.tag)
-    version = register_version(logged_run(run_id, root), name, tags, root)
-    if args.alias:
-        set_alias(name, args.alias, version, root)
+    with redacted_errors(f"registering {run_id}", root):
+        version = register_version(logged_run(run_id, root), name, tags, root)
+        if args.alias:
+            set_alias(name, args.alias, version, root)
     print(f"{name} version {version}" + (f", alias {args.alias}" if args.alias else ""))
 
 
@@ -309,6 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--keep", action="store_true", help="keep the scratch copy and print its path")
     smoke.add_argument("--keep-run", help="copy the smoke run's report directory here (replacing what is there)")
     smoke.set_defaults(func=_smoke)
+    chaotic = commands.add_parser(
+        "chaos", help="SIGKILL `dvc repro` 1-3 times at random moments per trial (tiny config); compare the bytes"
+    )
+    chaotic.add_argument("--trials", type=_positive_int, default=20, help="how many trials (default: 20)")
+    chaotic.add_argument("--seed", type=int, default=0, help="draws the kill moments: the same seed, the same kills")
+    chaotic.add_argument("--source", default=".", help="repository to copy (default: the current directory)")
+    chaotic.set_defaults(func=_chaos)
     review = commands.add_parser(
         "review", help="the merge-request note: dvc metrics and params diff of two revisions (--post: to GitLab)"
     )
@@ -330,19 +355,37 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variants")
     bench.set_defaults(func=_bench)
     check = commands.add_parser(
-        "verify", help="recompute every SHA256 in a run's manifest: exit 0 only when all match, else one line each"
+        "verify",
+        help="prove a run directory is exactly what its manifest records (exit 0, 1 or 3: see `verify --help`)",
+        description="Recompute every SHA256 of a run's manifest, where each file is (run directory, workspace, DVC "
+        "cache, corpus); require every run-directory file to be a subject or bound otherwise, every role of a run "
+        "to be listed, subject names to stay inside the run directory or repository, and the run id of the "
+        "manifest, run.json and the directory name to agree; compare the workspace's dvc.lock with the stages the "
+        "run recorded. Prints FAIL (the run), DIFF (the workspace) and NOTE lines, then one summary line.",
+        epilog="exit status: 0 verified, and the workspace's dvc.lock is the run's (or there is none); 1 a FAIL: "
+        "the run is not what its manifest records; 2 bad input (no run directory or manifest); 3 the run's files "
+        "all verify, but the workspace's dvc.lock differs from the run's record (DIFF lines): outputs it no "
+        "longer records were verified in the DVC cache, not the workspace",
     )
     _run_arguments(check)
     check.add_argument(
         "--artifact",
         action="append",
         default=[],
-        help=f"check only this subject (repeatable), e.g. {records.WEIGHTS}",
+        help=f"hash only this subject (repeatable), e.g. {records.WEIGHTS}; the manifest's own checks still run",
     )
-    check.add_argument("--expect-digest", help="the manifest SHA256 this run must have (as recorded at promotion)")
-    check.add_argument("--public-key", help="PEM public key: the run's manifest.sig must verify with it")
+    check.add_argument(
+        "--expect-digest",
+        help="the manifest SHA256 this run must have, from outside the run directory (the registry tag "
+        "manifest.sha256, a release record)",
+    )
+    check.add_argument(
+        "--public-key", help="PEM public key: manifest.sig (and promotion.json.sig, if any) must verify with it"
+    )
     check.set_defaults(func=_verify)
-    signer = commands.add_parser("sign", help="sign a run directory offline with a local EC key (OpenSSF format)")
+    signer = commands.add_parser(
+        "sign", help="sign a run directory offline with a local EC key (OpenSSF format), and its promotion record"
+    )
     _run_arguments(signer)
     signer.add_argument("--private-key", required=True, help="PEM EC private key (e.g. openssl ecparam prime256v1)")
     signer.add_argument("--password-env", help="name of the environment variable holding the key's password")
@@ -352,6 +395,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _run_arguments(gate)
     gate.add_argument("--params", help=f"where promote.* is read from (default: {PARAMS_FILE} under --root)")
+    gate.add_argument(
+        "--public-key",
+        help="require manifest.sig to verify with this PEM public key (replaces promote.require.signature)",
+    )
+    gate.add_argument(
+        "--expect-digest", help="require this manifest SHA256 (replaces promote.require.digest_file / digest_env)"
+    )
     gate.set_defaults(func=_promote)
     rebuild = commands.add_parser(
         "report", help="rebuild README.md and index.html of a run from its own files; no training"

@@ -1,16 +1,21 @@
 """Load and validate params.yaml in one place: unknown keys and bad values are errors, never silent defaults.
 
+Types are strict: a number where a number is wanted (no ``yes`` read as 1, no ``"30"`` read as 30), a list where a
+list is wanted. The file is read as YAML 1.2 reads numbers (``1e-3`` is a float, as DVC writes it; PyYAML alone
+would read a string).
+
 Every default below is params.yaml's value (tests/test_defaults.py holds them equal): params.yaml is what users
 edit and DVC tracks; the defaults only fill sections that tests and older run directories leave out.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from solomon.errors import SolomonError
 from solomon.records import PARAMS_FILE
@@ -20,13 +25,22 @@ Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class SplitParams(_Section):
     val: Fraction = 0.05
     test: Fraction = 0.05
     salt: str = "solomon-split-v1"
+
+    @field_validator("val", "test")
+    @classmethod
+    def _above_zero(cls, fraction: float) -> float:
+        if fraction <= 0:
+            raise ValueError(
+                "must be above 0: training evaluates on val and the evaluate stage on test (0.05 each is the default)"
+            )
+        return fraction
 
     @model_validator(mode="after")
     def _leaves_train(self) -> SplitParams:
@@ -60,6 +74,17 @@ class CorpusParams(_Section):
     split: SplitParams = SplitParams()
     card: CardParams = CardParams()
 
+    @field_validator("source")
+    @classmethod
+    def _inside_the_repository(cls, source: str) -> str:
+        path = Path(source)
+        if path.is_absolute() or ".." in path.parts:
+            raise ValueError(
+                "must name files inside the repository (e.g. corpus/*.txt): DVC tracks and hashes only files "
+                "under it, so a run from files outside could not be reproduced; copy them into corpus/"
+            )
+        return source
+
 
 class TokenizerParams(_Section):
     vocab_size: Annotated[int, Field(ge=300, le=65536)] = 8192
@@ -92,7 +117,7 @@ class EarlyStoppingParams(_Section):
 class SampleParams(_Section):
     """Generations from fixed prompts at every evaluation, drawn from their own random stream."""
 
-    prompts: list[str] = ["In the beginning", "And the LORD said", "Blessed are"]
+    prompts: list[Annotated[str, Field(min_length=1)]] = ["In the beginning", "And the LORD said", "Blessed are"]
     temperature: Annotated[float, Field(gt=0.0)] = 0.8
     top_k: PositiveInt | None = 40
     max_new_tokens: Annotated[int, Field(ge=0)] = 48
@@ -157,8 +182,28 @@ METRIC_NAMES = ("loss", "perplexity", "bits_per_byte", "accuracy")
 MetricKey = Annotated[str, Field(pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte|accuracy)$")]
 
 
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class RequireParams(_Section):
+    """What the gate demands beyond a run that verifies against its own manifest (nothing by default). Paths are
+    repository-relative or absolute and must lie outside the run directory: a key or digest shipped with the run
+    would vouch for itself."""
+
+    signature: Annotated[str, Field(min_length=1)] | None = None  # PEM public key: manifest.sig must verify with it
+    digest_file: Annotated[str, Field(min_length=1)] | None = None  # a file holding the manifest SHA256 to expect
+    digest_env: EnvName | None = None  # or the environment variable holding it
+
+    @model_validator(mode="after")
+    def _one_digest_source(self) -> RequireParams:
+        if self.digest_file is not None and self.digest_env is not None:
+            raise ValueError("give digest_file or digest_env, not both: the expected digest has one source")
+        return self
+
+
 class PromoteParams(_Section):
-    """The promotion gate: thresholds on the held-out metrics, then no regression against the champion."""
+    """The promotion gate: what the run must carry (``require``), thresholds on the held-out metrics, then no
+    regression against the champion."""
 
     model_name: str = "solomon"
     alias: str = "champion"
@@ -166,6 +211,7 @@ class PromoteParams(_Section):
     min: dict[MetricKey, float] = {}  # e.g. {test.accuracy: 0.2}: refuse below
     compare: Annotated[str, Field(pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte)$")] = "test.bits_per_byte"
     tolerance: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0  # relative: how much worse than the champion passes
+    require: RequireParams = RequireParams()
 
 
 class Params(_Section):
@@ -193,17 +239,39 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def describe_error(error: ValidationError) -> str:
+    """The first error as one line naming the param: no dump of the section a cross-field check looked at."""
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "(top level)"
     if first["type"] == "extra_forbidden":
         return f"unknown key '{where}' (remove it or check its spelling)"
-    return f"'{where}': {first['msg']} (got {first.get('input')!r})"
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "value_error" or isinstance(first.get("input"), dict):
+        return f"'{where}': {message}"
+    got = repr(first.get("input"))
+    return f"'{where}': {message} (got {got if len(got) <= 60 else got[:57] + '...'})"
+
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """PyYAML reads YAML 1.1, where ``1e-3`` is a string; YAML 1.2 (and DVC, which writes params.yaml) reads a
+    float. Read numbers the 1.2 way."""
+
+
+_Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)?\.?[0-9_]*(?:[eE][-+]?[0-9]+)$|^[-+]?[0-9][0-9_]*\.[0-9_]*$|^[-+]?\.[0-9_]+$"),
+    list("-+0123456789."),
+)
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file as params are read (numbers as YAML 1.2 reads them)."""
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_Yaml12Loader)
 
 
 def load_params(path: str | Path = PARAMS_FILE) -> Params:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = read_yaml(path)
     except FileNotFoundError:
         raise SolomonError(f"{path} not found: run from the repository root") from None
     except yaml.YAMLError as exc:

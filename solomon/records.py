@@ -53,7 +53,8 @@ class RunFiles:
 
     MANIFEST = "manifest.json"
     PAGES = ("index.html", "README.md")  # show the manifest digest, so they cannot be its subjects
-    PROMOTION = "promotion.json"  # written later by `solomon promote`, kept when the report is rebuilt
+    PROMOTION = "promotion.json"  # written later by `solomon promote`, kept (with its signature) when rebuilt
+    PROMOTION_SIGNATURE = "promotion.json.sig"  # written by `solomon sign` once the run is promoted
     SIGNATURE = "manifest.sig"
     RUN_INFO = "run.json"
     HYPERPARAMETERS = "hyperparameters.yaml"  # every value, defaults included

@@ -47,10 +47,10 @@ def main() -> None:
     print(f"report: {run_dir}")
     if params.tracking.enabled:
         from solomon.tracking.replay import sync_or_warn
-        from solomon.tracking.store import tracking_uri
+        from solomon.tracking.store import public_uri
 
         if sync_or_warn(run_dir, model_dir=args.model.parent):
-            print(f"report: logged to MLflow at {tracking_uri()}")
+            print(f"report: logged to MLflow at {public_uri()}")
 
 
 if __name__ == "__main__":

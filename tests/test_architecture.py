@@ -124,3 +124,13 @@ def test_each_stage_depends_on_exactly_the_package_code_its_script_runs() -> Non
             f"dvc.yaml stage {name!r}: missing {sorted(runs - listed)}, not run {sorted(listed - runs)}; "
             f"its code deps are: {sorted(runs)}"
         )
+
+
+def test_the_train_stage_params_are_the_fingerprint_params() -> None:
+    """What reruns the train stage (DVC) and what a resume compares (the fingerprint) name the same params."""
+    import yaml
+
+    from solomon.train.fingerprint import TRAINING_PARAMS
+
+    stages = yaml.safe_load((PACKAGE_DIR.parent / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert tuple(stages["train"]["params"]) == TRAINING_PARAMS

@@ -78,13 +78,32 @@ def test_the_jobs_run_the_projects_own_commands_in_order() -> None:
     assert jobs["review"]["rules"] == [{"if": '$CI_PIPELINE_SOURCE == "merge_request_event"'}]
     assert jobs["promote"]["rules"] == [{"if": "$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH", "when": "manual"}]
     assert jobs["promote"]["script"] == [".ci/promote"]
+    promote_script = (ROOT / ".ci/promote").read_text()  # the job demands a signature by the key CI holds
+    assert ': "${SOLOMON_PROMOTE_PUBLIC_KEY:?' in promote_script
+    assert 'required=(--public-key "$SOLOMON_PROMOTE_PUBLIC_KEY")' in promote_script
+    assert promote_script.count('"${required[@]}"') == 2  # verify and promote both
+
+
+def _key_pair(folder: Path) -> tuple[Path, Path]:
+    """A signing key made as docs/threat-model.md makes it (openssl, P-256)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    private, public = folder / "signing.pem", folder / "signing.pub"
+    subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", private], check=True)
+    subprocess.run(["openssl", "ec", "-in", private, "-pubout", "-out", public], check=True, capture_output=True)
+    return private, public
 
 
 @pytest.fixture
 def published(repo_copy: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """A pipeline repository whose run is committed and whose DVC outputs are pushed to a local remote."""
+    """A pipeline repository whose run is signed and committed and whose DVC outputs are pushed to a local remote;
+    the key pair is in tmp_path/keys."""
     shutil.copytree(ROOT / ".ci", repo_copy / ".ci")
     write_params(repo_copy, {"promote": {"max": {"test.bits_per_byte": 8.0}}})  # the tiny model's bar
+    private, _ = _key_pair(tmp_path / "keys")
+    signed = subprocess.run(
+        [str(BIN / "solomon"), "sign", "--private-key", str(private)], cwd=repo_copy, capture_output=True, text=True
+    )
+    assert signed.returncode == 0, signed.stderr
     remote = tmp_path / "dvc-remote"
     dvc(repo_copy, "remote", "add", "--local", "store", str(remote))
     dvc(repo_copy, "push", "-q", "-r", "store")
@@ -95,7 +114,11 @@ def published(repo_copy: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 def _promote_job(origin: Path, remote: Path, clone: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
-    variables = {"DVC_REMOTE_URL": str(remote), "MLFLOW_TRACKING_URI": f"sqlite:///{clone.parent / 'registry.db'}"}
+    variables = {
+        "DVC_REMOTE_URL": str(remote),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{clone.parent / 'registry.db'}",
+        "SOLOMON_PROMOTE_PUBLIC_KEY": str(origin.parent / "keys/signing.pub"),  # tmp_path/keys, beside the repo
+    }
     return subprocess.run(
         [str(clone / ".ci/promote")],
         cwd=clone,
@@ -132,6 +155,16 @@ def test_the_promote_job_names_a_missing_variable(published, tmp_path: Path) -> 
     origin, remote = published
     done = _promote_job(origin, remote, tmp_path / "clone", env={"MLFLOW_TRACKING_URI": ""})
     assert done.returncode != 0 and "MLFLOW_TRACKING_URI: is not set" in done.stderr
+    done = _promote_job(origin, remote, tmp_path / "clone2", env={"SOLOMON_PROMOTE_PUBLIC_KEY": ""})
+    assert done.returncode != 0 and "SOLOMON_PROMOTE_PUBLIC_KEY: is not set" in done.stderr
+
+
+def test_the_promote_job_refuses_a_run_signed_by_another_key(published, tmp_path: Path) -> None:
+    origin, remote = published
+    _, stranger = _key_pair(tmp_path / "stranger")
+    done = _promote_job(origin, remote, tmp_path / "job" / "clone", env={"SOLOMON_PROMOTE_PUBLIC_KEY": str(stranger)})
+    assert done.returncode == 1 and f"FAIL manifest.sig: does not verify with {stranger}" in done.stdout
+    assert "promoted" not in done.stdout and not (tmp_path / "job/registry.db").exists()
 
 
 @pytest.mark.slow

@@ -161,3 +161,39 @@ def test_every_rank_stops_early_when_rank_0_decides_to(built_repo: Path, tmp_pat
     assert "early stop at step 20" in done.stderr
     metrics = json.loads((cwd / "train_metrics.json").read_text())
     assert metrics["stopped_early"] and metrics["steps"] == logged_steps(cwd) == 20
+
+
+def _disagreeing_rank(rank: int, init_file: str, results) -> None:
+    """One rank of a real two-process gloo group, each holding another resume step."""
+    import torch.distributed as dist
+
+    from solomon.errors import SolomonError
+    from solomon.train.distributed import BACKEND, ProcessGroup
+
+    dist.init_process_group(BACKEND, init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        ProcessGroup(rank, 2).require_same("step to resume from", 10 * (rank + 1))
+        results.put((rank, "agreed"))
+    except SolomonError as exc:
+        results.put((rank, str(exc)))
+    except SystemExit as exc:
+        results.put((rank, f"exit {exc.code}"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_resume_from_different_steps_stop_with_one_line(tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    processes = [
+        context.Process(target=_disagreeing_rank, args=(rank, str(tmp_path / "init"), results)) for rank in (0, 1)
+    ]
+    for process in processes:
+        process.start()
+    outcome = dict(results.get(timeout=120) for _ in processes)
+    for process in processes:
+        process.join(timeout=60)
+    assert outcome[1] == "exit 2"
+    assert outcome[0].startswith("the ranks disagree on the step to resume from (rank 0: 10, rank 1: 20)")

@@ -1,10 +1,12 @@
 """The Helm charts (the MLflow server, the multi-node training Job): `helm lint --strict` and `helm template`,
-when helm is on PATH."""
+and every rendered pod against Pod Security "restricted", when helm is on PATH or in the virtualenv (`make helm`)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -12,8 +14,21 @@ from conftest import ROOT
 
 CHART = ROOT / "k8s/helm"
 TRAIN_CHART = ROOT / "k8s/train"
-HELM = shutil.which("helm")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(HELM is None, reason="helm is not on PATH (see docs/kubernetes.md)")]
+HELM = shutil.which("helm") or shutil.which("helm", path=str(Path(sys.executable).parent))
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        HELM is None, reason="helm is neither on PATH nor in .venv/bin (`make helm`; docs/kubernetes.md)"
+    ),
+]
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+# Both charts as they are meant to be installed: the training chart needs its image named.
+RENDERINGS = {
+    "mlflow": (CHART, []),
+    "mlflow, pinned": (CHART, ["--set", f"image.digest={DIGEST}"]),
+    "train": (TRAIN_CHART, ["--set", "image.tag=test", "--set", "nodes=3"]),
+    "train, pinned": (TRAIN_CHART, ["--set", f"image.digest={DIGEST}"]),
+}
 
 
 def helm(*args: str) -> subprocess.CompletedProcess:
@@ -73,4 +88,84 @@ def test_training_chart_lints_and_renders_an_indexed_job_with_torchrun_rendezvou
 
 def test_training_chart_refuses_an_unpinned_image() -> None:
     done = helm("template", "run-7", str(TRAIN_CHART))
-    assert done.returncode != 0 and "image.tag is required" in done.stderr
+    assert done.returncode != 0 and "image.digest (or at least image.tag) is required" in done.stderr
+
+
+def pod_specs(rendered: str) -> list[tuple[str, dict]]:
+    """(kind/name, pod spec) of every workload in a rendering: Pod, and the pod template of every controller."""
+    found = []
+    for doc in yaml.safe_load_all(rendered):
+        if not doc:
+            continue
+        kind, spec = doc["kind"], doc.get("spec", {})
+        if kind == "Pod":
+            pod = spec
+        elif kind == "CronJob":
+            pod = spec["jobTemplate"]["spec"]["template"]["spec"]
+        elif kind in ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "ReplicationController"):
+            pod = spec["template"]["spec"]
+        else:
+            continue
+        found.append((f"{kind}/{doc['metadata']['name']}", pod))
+    return found
+
+
+def restricted_violations(where: str, pod: dict) -> list[str]:
+    """What keeps a pod from Pod Security "restricted" (the checks its containers and volumes can fail)."""
+    problems = []
+    pod_context = pod.get("securityContext") or {}
+    if not pod_context.get("fsGroup"):
+        problems.append(f"{where}: no fsGroup: mounted volumes are not writable by the pod's user")
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(flag):
+            problems.append(f"{where}: {flag}")
+    problems += [f"{where}: hostPath volume {v['name']}" for v in pod.get("volumes", []) if "hostPath" in v]
+    containers = [*pod.get("initContainers", []), *pod.get("containers", []), *pod.get("ephemeralContainers", [])]
+    assert containers, where
+    for container in containers:
+        at = f"{where} container {container['name']}"
+        context = container.get("securityContext") or {}
+        effective = {**pod_context, **context}  # a container's setting overrides the pod's
+        if effective.get("runAsNonRoot") is not True:
+            problems.append(f"{at}: runAsNonRoot is not true")
+        if effective.get("runAsUser", 1) == 0:
+            problems.append(f"{at}: runs as uid 0")
+        if context.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{at}: allowPrivilegeEscalation is not false")
+        if context.get("privileged"):
+            problems.append(f"{at}: privileged")
+        capabilities = context.get("capabilities") or {}
+        if "ALL" not in capabilities.get("drop", []):
+            problems.append(f"{at}: capabilities do not drop ALL")
+        if set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            problems.append(f"{at}: adds capabilities {capabilities['add']}")
+        if (effective.get("seccompProfile") or {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{at}: no RuntimeDefault seccomp profile")
+    return problems
+
+
+@pytest.mark.parametrize("rendering", RENDERINGS)
+def test_every_pod_of_both_charts_meets_pod_security_restricted(rendering: str) -> None:
+    chart, values = RENDERINGS[rendering]
+    done = helm("template", "solomon", str(chart), *values)
+    assert done.returncode == 0, done.stderr
+    pods = pod_specs(done.stdout)
+    assert pods, done.stdout
+    problems = [problem for where, pod in pods for problem in restricted_violations(where, pod)]
+    assert not problems, problems
+    images = [c["image"] for _, pod in pods for c in [*pod.get("initContainers", []), *pod["containers"]]]
+    assert all(image.endswith(f"@{DIGEST}") for image in images) == ("pinned" in rendering), images
+
+
+def test_the_checker_sees_a_container_that_does_not_meet_restricted() -> None:
+    """The check above can fail: a rendering with the container settings taken away does."""
+    done = helm("template", "solomon", str(CHART), "--set", "containerSecurityContext=null")
+    assert done.returncode == 0, done.stderr
+    problems = [p for where, pod in pod_specs(done.stdout) for p in restricted_violations(where, pod)]
+    assert any("allowPrivilegeEscalation" in p for p in problems) and any("drop ALL" in p for p in problems)
+
+
+@pytest.mark.parametrize("chart", [CHART, TRAIN_CHART])
+def test_a_digest_that_is_not_a_sha256_is_refused(chart: Path) -> None:
+    done = helm("template", "solomon", str(chart), "--set", "image.tag=x", "--set", "image.digest=latest")
+    assert done.returncode != 0 and "image.digest must be sha256:" in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -53,6 +54,11 @@ def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: P
     champion = client.get_model_version_by_alias("solomon", "champion")
     assert str(champion.version) == "1"
     assert champion.tags["manifest.sha256"] == manifest_digest and champion.tags["solomon.run_id"] == first.name
+    # The registry's version names the promotion record's bytes; the record says what the gate demanded and where
+    # each file it promoted was verified.
+    assert champion.tags["promotion.sha256"] == hashlib.sha256((first / "promotion.json").read_bytes()).hexdigest()
+    assert record["required"] == {"signed_by_public_key_sha256": None, "expected_digest": False}
+    assert record["verified_in"]["models/model.safetensors"] == "workspace"
 
     retrain(repo_copy, {"lr": {"peak": 1e-6}})  # barely trains: worse than the champion
     worse = latest_run_dir(repo_copy)
@@ -69,9 +75,31 @@ def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: P
     assert "version 2 is now champion from version 1" in done.stdout
     assert str(client.get_model_version_by_alias("solomon", "champion").version) == "2"
     assert json.loads((better / "promotion.json").read_text())["previous"]["version"] == "1"
-    # The promotion record is outside the manifest: the promoted run still verifies.
+    # The promotion record is outside the manifest, bound by naming this run and manifest: the run still verifies.
     verified = subprocess.run([SOLOMON, "verify", str(better)], cwd=repo_copy, env=pipeline_env(), capture_output=True)
     assert verified.returncode == 0
+
+
+def test_promote_require_is_validated_strictly(tmp_path: Path) -> None:
+    from solomon.errors import SolomonError
+    from solomon.params import load_params
+
+    base = (Path(__file__).resolve().parents[1] / "params.yaml").read_text()
+    bad = {
+        "  require:\n    signature: 1\n": "'promote.require.signature': Input should be a valid string",
+        "  require:\n    digest_env: 'not a name'\n": "'promote.require.digest_env': String should match pattern",
+        "  require:\n    digest_file: d.txt\n    digest_env: D\n": "give digest_file or digest_env, not both",
+        "  require:\n    key: k.pub\n": "unknown key 'promote.require.key'",
+    }
+    for section, message in bad.items():
+        text = base[: base.index("  require:")] + section
+        (tmp_path / "params.yaml").write_text(text)
+        try:
+            load_params(tmp_path / "params.yaml")
+        except SolomonError as exc:
+            assert message in str(exc), (section, str(exc))
+        else:
+            raise AssertionError(f"accepted {section!r}")
 
 
 def test_records_never_hold_tracking_credentials(monkeypatch) -> None:

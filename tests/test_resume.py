@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,60 @@ def test_dvc_repro_killed_mid_training_resumes_with_plain_dvc_repro(repo_copy: P
     assert len(runs) == 1
     history = client.get_metric_history(runs[0].info.run_id, "train/loss")
     assert sorted(m.step for m in history) == list(range(1, 151))
+
+
+# Where each crash point is reached on the tiny config (30 steps, evaluation and checkpoint every 10, one checkpoint
+# kept), and the step the next run resumes from. The runs form one chain: each run after the first is a resume
+# that is killed at the next point, and plain `dvc repro` finishes the last.
+CHAIN = (
+    ("logs-open", 0, 0),
+    ("step-log", 3, 0),
+    ("best-staged", 10, 0),
+    ("eval-log", 10, 0),
+    ("best-swap", 10, 0),  # the resumed run from step 0 replaces the best model the previous one saved
+    ("after-eval", 10, 0),
+    ("checkpoint-write", 10, 0),
+    ("checkpoint-index", 10, 0),  # written but never listed: removed at the next start
+    ("after-step", 10, 10),
+    ("checkpoint-prune", 20, 20),  # listed, the older one not yet deleted: removed at the next start
+    ("model-staged", 30, 30),
+    ("model-swap", 30, 30),  # the previous models/ is put back at the next start, then replaced
+    ("run-completed", 30, 30),
+    ("metrics-written", 30, 30),
+)
+
+
+def test_a_kill_at_every_named_crash_point_resumes_to_the_same_bytes(repo_copy: Path, built_repo: Path) -> None:
+    """The train stage, run as DVC runs it (its command from dvc.yaml), SIGKILLed at every durable write in turn;
+    then `dvc repro` ends with the model, logs and metrics of the uninterrupted run."""
+    import shlex
+
+    from conftest import DVC
+
+    from solomon.train.hooks import CRASH_POINTS, crash_environment
+
+    assert {point for point, _, _ in CHAIN} == set(CRASH_POINTS), "every crash point is in the chain"
+    shutil.rmtree(repo_copy / "checkpoints")
+    workdir(repo_copy, repo_copy, {"train": {"keep_checkpoints": 1}})  # pruning happens; tracking off
+    command = shlex.split(yaml.safe_load((repo_copy / "dvc.yaml").read_text())["stages"]["train"]["cmd"])
+    command[0] = sys.executable
+    previous_resume = 0
+    for point, step, resumes_from in CHAIN:
+        killed = subprocess.run(
+            command, cwd=repo_copy, env=pipeline_env() | crash_environment(point, step), capture_output=True, text=True
+        )
+        assert killed.returncode == -signal.SIGKILL, f"{point}:{step} was not reached: {killed.stderr[-500:]}"
+        started = "(step" in killed.stderr and killed.stderr.split("(step", 1)[1].split(")", 1)[0].strip()
+        assert int(started or 0) == previous_resume, f"the run killed at {point}:{step} resumed from {started}"
+        previous_resume = resumes_from
+    done = subprocess.run([DVC, "repro"], cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"(step {previous_resume})" in done.stdout + done.stderr
+    for name in ("models/model.safetensors", "reports/train_evals.jsonl", "metrics.json"):
+        assert digest(repo_copy / name) == digest(built_repo / name), name
+    logs = [(repo / "reports/train_log.tsv").read_text().splitlines() for repo in (repo_copy, built_repo)]
+    assert [[row.split("\t")[: len(DETERMINISTIC_COLUMNS)] for row in log] for log in logs] == [
+        [row.split("\t")[: len(DETERMINISTIC_COLUMNS)] for row in logs[1]]
+    ] * 2
+    assert sorted(p.name for p in (repo_copy / "checkpoints").iterdir()) == ["best", "index.json", "step-00000030.pt"]
+    assert not list(repo_copy.glob(".models*")) and not list(repo_copy.glob("reports/.*.tmp"))

@@ -1,5 +1,6 @@
 """`solomon review`: the MR note rendered by real DVC from a real git repository with two commits, and posted
-to a small local HTTP server that speaks the GitLab Notes API calls used (list with pages, create, edit)."""
+to a small local HTTP server that speaks the GitLab API calls used (the token's user, list notes with pages,
+create, edit); where the token may go: never across a redirect, never in clear text off loopback."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from solomon.errors import SolomonError
-from solomon.tools.review import MARKER, render_note
+from solomon.tools.review import MARKER, NotesApi, render_note
 from solomon.tools.scratch import pipeline_env
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
@@ -95,16 +96,20 @@ def test_a_revision_missing_from_the_clone_is_one_clear_error(review_repo: Path)
 
 
 class FakeGitLab:
-    """Notes of one merge request, behind the three calls `solomon review --post` makes, two notes per page."""
+    """Notes of one merge request, behind the calls `solomon review --post` makes, two notes per page. TOKEN is
+    the review bot's (user BOT); READ_ONLY is a token without the api scope: it reads, and is refused a write."""
 
     TOKEN = "glpat-test-token"
+    READ_ONLY = "glpat-read-only"
+    BOT, HUMAN = 42, 7
     PAGE = 2
 
     def __init__(self) -> None:
+        human = {"id": self.HUMAN, "username": "reviewer"}
         self.notes: list[dict] = [
-            {"id": 1, "body": "Looks good, but why 8 layers?", "system": False},
-            {"id": 2, "body": "added 1 commit", "system": True},
-            {"id": 3, "body": f"> {MARKER} quoted by a human", "system": False},
+            {"id": 1, "body": "Looks good, but why 8 layers?", "system": False, "author": human},
+            {"id": 2, "body": "added 1 commit", "system": True, "author": human},
+            {"id": 3, "body": f"> {MARKER} quoted by a human", "system": False, "author": human},
         ]
         self.calls: list[str] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -132,8 +137,15 @@ class FakeGitLab:
 
             def _route(self) -> re.Match | None:
                 gitlab.calls.append(f"{self.command} {self.path}")
-                if self.headers.get("PRIVATE-TOKEN") != gitlab.TOKEN:
+                token = self.headers.get("PRIVATE-TOKEN")
+                if token not in (gitlab.TOKEN, gitlab.READ_ONLY):
                     self._reply(401, {"message": "401 Unauthorized"})
+                    return None
+                if token == gitlab.READ_ONLY and self.command != "GET":
+                    self._reply(403, {"message": "403 Forbidden"})
+                    return None
+                if self.path == "/api/v4/user":
+                    self._reply(200, {"id": gitlab.BOT, "username": "project_9_bot"})
                     return None
                 match = re.fullmatch(r"/api/v4/projects/group%2Fsolomon/merge_requests/7/notes(?:/(\d+))?", self.path)
                 if match is None:
@@ -156,7 +168,12 @@ class FakeGitLab:
 
             def do_POST(self) -> None:
                 if self._route() is not None:
-                    note = {"id": max(n["id"] for n in gitlab.notes) + 1, "body": self._body()["body"], "system": False}
+                    note = {
+                        "id": max(n["id"] for n in gitlab.notes) + 1,
+                        "body": self._body()["body"],
+                        "system": False,
+                        "author": {"id": gitlab.BOT, "username": "project_9_bot"},
+                    }
                     gitlab.notes.append(note)
                     self._reply(201, note)
 
@@ -180,9 +197,11 @@ def gitlab() -> Iterator[FakeGitLab]:
     fake.server.server_close()
 
 
-def _post(repo: Path, gitlab: FakeGitLab, token: str = FakeGitLab.TOKEN) -> subprocess.CompletedProcess:
+def _post(
+    repo: Path, gitlab: FakeGitLab, token: str = FakeGitLab.TOKEN, api_url: str | None = None
+) -> subprocess.CompletedProcess:
     env = pipeline_env() | {
-        "CI_API_V4_URL": gitlab.api_url,
+        "CI_API_V4_URL": api_url or gitlab.api_url,
         "CI_PROJECT_ID": "group/solomon",
         "CI_MERGE_REQUEST_IID": "7",
         "CI_PIPELINE_URL": "https://gitlab.example.com/group/solomon/-/pipelines/42",
@@ -232,3 +251,142 @@ def test_post_outside_a_merge_request_pipeline_names_the_missing_variables(revie
     )
     assert done.returncode == 2
     assert "CI_API_V4_URL, CI_PROJECT_ID, CI_MERGE_REQUEST_IID not set" in done.stderr
+
+
+def test_a_marked_note_by_another_user_is_left_alone(review_repo: Path, gitlab: FakeGitLab) -> None:
+    """Anyone can paste the marker: only a note the token's own user wrote (GET /user) is edited."""
+    theirs = {"id": 4, "body": f"{MARKER}\nnot the bot's", "system": False, "author": {"id": FakeGitLab.HUMAN}}
+    gitlab.notes.append(dict(theirs))
+    first = _post(review_repo, gitlab)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "review note 5 created"
+    assert gitlab.notes[3] == theirs and gitlab.notes[4]["author"]["id"] == FakeGitLab.BOT
+    assert "GET /api/v4/user" in gitlab.calls
+
+    metrics = {"test": {"bits_per_byte": 1.36, "perplexity": 55.0}, "val": {"bits_per_byte": 1.43}}
+    _commit(review_repo, yaml.safe_load((review_repo / "params.yaml").read_text()), metrics, "longer run")
+    second = _post(review_repo, gitlab)
+    assert second.stdout.strip() == "review note 5 updated", second.stderr
+    assert gitlab.notes[3] == theirs and len(gitlab.notes) == 5
+    assert [c for c in gitlab.calls if c.startswith("PUT")] == [
+        "PUT /api/v4/projects/group%2Fsolomon/merge_requests/7/notes/5"
+    ]
+
+
+def test_a_token_without_write_access_gets_a_403_that_names_the_likely_cause(
+    review_repo: Path, gitlab: FakeGitLab
+) -> None:
+    done = _post(review_repo, gitlab, token=FakeGitLab.READ_ONLY)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert "GitLab answered 403 to POST" in done.stderr
+    assert "lacks the api scope" in done.stderr and "lacks permission on merge request !7" in done.stderr
+    assert len(gitlab.notes) == 3
+
+
+class HeaderRecorder:
+    """A loopback server that answers 200 to anything and keeps every request's headers."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, str]] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _record(self) -> None:
+                recorder.requests.append({"line": self.requestline, **dict(self.headers)})
+                body = json.dumps({"id": FakeGitLab.BOT}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = _record
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+class Redirector:
+    """A loopback server that answers every request with a 307 to the same path on ``target``."""
+
+    def __init__(self, target: str) -> None:
+        self.calls: list[str] = []
+        redirector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _redirect(self) -> None:
+                redirector.calls.append(f"{self.command} {self.path}")
+                self.send_response(307)
+                self.send_header("Location", f"{target}{self.path}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = do_PUT = _redirect
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/api/v4"
+
+
+@pytest.fixture
+def servers() -> Iterator[list]:
+    started: list = []
+
+    def serve(server) -> None:
+        threading.Thread(target=server.server.serve_forever, daemon=True).start()
+        started.append(server)
+
+    yield serve
+    for running in started:
+        running.server.shutdown()
+        running.server.server_close()
+
+
+def test_a_redirect_is_refused_and_the_token_never_reaches_its_target(review_repo: Path, servers) -> None:
+    recorder = HeaderRecorder()
+    redirector = Redirector(recorder.url)
+    servers(recorder)
+    servers(redirector)
+    done = _post(review_repo, FakeGitLab(), api_url=redirector.api_url)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert "GitLab answered 307 to GET" in done.stderr and f"a redirect to {recorder.url}/api/v4/user" in done.stderr
+    assert "not followed" in done.stderr
+    assert redirector.calls == ["GET /api/v4/user"]  # the first request, then nothing more
+    assert not [r for r in recorder.requests if FakeGitLab.TOKEN in json.dumps(r)]
+    assert recorder.requests == []
+
+
+def test_an_api_url_without_tls_off_loopback_is_refused_before_any_request(review_repo: Path) -> None:
+    done = _post(review_repo, FakeGitLab(), api_url="http://gitlab.example.com/api/v4")
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+    assert "refusing to send the token to 'http://gitlab.example.com/api/v4'" in done.stderr
+    assert "must be https://" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "api_url",
+    ["https://gitlab.example.com/api/v4", "http://127.0.0.1:8080/api/v4", "http://127.8.9.10/api/v4",
+     "http://[::1]:8080/api/v4", "http://localhost/api/v4"],
+)  # fmt: skip
+def test_https_and_loopback_api_urls_are_accepted(api_url: str) -> None:
+    assert NotesApi(api_url, "group/solomon", "7", "token").api_url == api_url
+
+
+@pytest.mark.parametrize(
+    "api_url",
+    ["http://gitlab.example.com/api/v4", "http://10.0.0.8/api/v4", "http://127.0.0.1.example.com/api/v4",
+     "ftp://gitlab.example.com/api/v4", "gitlab.example.com/api/v4", "https:///api/v4"],
+)  # fmt: skip
+def test_any_other_api_url_is_refused_when_the_api_is_made_before_a_request_can_be(api_url: str) -> None:
+    with pytest.raises(SolomonError, match="must be https://"):
+        NotesApi(api_url, "group/solomon", "7", "token")

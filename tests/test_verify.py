@@ -1,5 +1,6 @@
 """`solomon verify` against real run directories of the tiny pipeline: tampering of every kind is caught and
-named; a run still verifies from the DVC cache after the workspace has moved on."""
+named; a run still verifies from the DVC cache after the workspace has moved on, and says so (exit 3). The
+forgeries a careful forger would try are in test_forgery.py."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def test_untouched_run_verifies_and_each_kind_of_tampering_is_named(repo_copy: P
     done = verify(repo_copy, run_dir)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"verified {len(json.loads((run_dir / 'manifest.json').read_text())['subject'])} artifacts" in done.stdout
+    assert "in the workspace" in done.stdout and "DVC cache" not in done.stdout and "DIFF" not in done.stdout
 
     cases = {
         "models/model.safetensors": (repo_copy / "models/model.safetensors", flip_last_byte),
@@ -109,7 +111,12 @@ def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(r
     dvc(repo_copy, "repro")
     assert latest_run_dir(repo_copy) != old_run
     done = verify(repo_copy, old_run)
-    assert done.returncode == 0, done.stdout + done.stderr
+    # Every file of the old run verifies, its models from the DVC cache — said, with its own exit status, because
+    # the workspace's dvc.lock is no longer the run's.
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "DIFF dvc.lock: stage train differs from the run's record" in done.stdout
+    assert "in the DVC cache" in done.stdout.splitlines()[-1] and "dvc.lock is not this run's" in done.stdout
+    assert verify(repo_copy, latest_run_dir(repo_copy)).returncode == 0  # the new run is the workspace's
     # Without the cached object, the old weights are gone: verify says where it looked.
     old_model = json.loads((old_run / "manifest.json").read_text())["predicate"]["dvc"]["stages"]["train"]["outs"]
     listing = next(o["md5"] for o in old_model if o["path"] == "models")
@@ -133,6 +140,12 @@ def test_generate_samples_repeatably_and_refuses_weights_that_do_not_verify(repo
     )
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout and first.stdout.startswith("In the beginning")
+    hyperparameters = run_dir / "hyperparameters.yaml"  # read for the sampling defaults: verified first too
+    original = hyperparameters.read_bytes()
+    hyperparameters.write_bytes(original.replace(b"temperature: 0.8", b"temperature: 1.8"))
+    refused = subprocess.run(command, cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
+    hyperparameters.write_bytes(original)
+    assert refused.returncode == 2 and "hyperparameters.yaml: SHA256 mismatch" in refused.stderr
     env = {k: v for k, v in pipeline_env().items() if k != "SOLOMON_RUN"}
     no_run = [SOLOMON, "generate", "--prompt", "In the beginning", "--seed", "7"]
     latest = subprocess.run(no_run, cwd=repo_copy, env=env, capture_output=True, text=True)

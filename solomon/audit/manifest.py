@@ -7,7 +7,9 @@ CPU, threads, seeds, the MLflow run, times. ``manifest.json`` is canonical JSON 
 indent, UTF-8, one trailing newline), so its SHA256 — the run's identity — is a function of its content alone.
 
 ``index.html`` and ``README.md`` show that digest, so they are views outside the manifest; everything they
-show comes from files it covers.
+show comes from files it covers. The subject names are relative POSIX paths: a run directory's files by their
+name in it, pipeline outputs and raw corpus files by their repository path (the default corpus by its package
+resource name), which ``verify`` holds to.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from solomon.records import RUN_FILE_ROLES, RunFiles
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "urn:solomon:training-run:v1"
 # Files of the run directory that are not its subjects: the manifest itself, the pages that show its digest, and
-# the promotion record written after it.
-NOT_SUBJECTS = (RunFiles.MANIFEST, *RunFiles.PAGES, RunFiles.PROMOTION)
+# the promotion record (and its signature) written after it. verify says how each is bound instead.
+NOT_SUBJECTS = (RunFiles.MANIFEST, *RunFiles.PAGES, RunFiles.PROMOTION, RunFiles.PROMOTION_SIGNATURE)
 RUN = "run"  # location of a subject in the run directory (name relative to it)
 WORKSPACE = "workspace"  # a pipeline output, relative to the repository root; also in the DVC cache
 CORPUS = "corpus"  # a raw corpus file, relative to the repository root or inside an installed package

@@ -1,14 +1,19 @@
 """``solomon promote``: the gate a run passes before its model becomes the champion.
 
-In order, each step a refusal with its reason: the run verifies against its manifest; its held-out metrics meet
-``promote.max`` / ``promote.min``; it does not regress against the current champion (``promote.compare``, lower
-is better, within ``promote.tolerance``). Then its model is registered as a new version — tagged with the
-manifest digest, run id and git commit — the alias moves to it, and ``promotion.json`` records the decision in
-the run directory.
+In order, each step a refusal with its reason: the run verifies against its manifest, with what
+``promote.require`` (or ``--public-key`` / ``--expect-digest``) demands — a signature by a given key, a manifest
+digest recorded outside the run directory; its held-out metrics meet ``promote.max`` / ``promote.min``; it does not
+regress against the current champion (``promote.compare``, lower is better, within ``promote.tolerance``). Then
+its model — the very files verify found and hashed — is registered as a new version, tagged with the manifest
+digest, run id and git commit; the alias moves to it; ``promotion.json`` records the decision in the run directory
+(what was required included), and its SHA256 becomes the version's tag ``promotion.sha256``, which binds the
+record to the registry's decision (``solomon sign`` can add a signature of it).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -18,8 +23,12 @@ from pathlib import Path
 from solomon.atomic import write_json
 from solomon.audit.verify import verify
 from solomon.errors import SolomonError
+from solomon.hashing import sha256_file
 from solomon.params import PromoteParams
 from solomon.records import MODEL_FILES, RunFiles, read_json
+
+PROMOTION_TAG = "promotion.sha256"  # the registry version's tag naming its promotion record's SHA256
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 class Refused(Exception):
@@ -31,6 +40,48 @@ class Promotion:
     version: str
     previous: dict | None
     record: Path
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What this promotion demands of the run beyond verifying: a signature by ``public_key``, the manifest
+    digest ``expect_digest``."""
+
+    public_key: Path | None = None
+    expect_digest: str | None = None
+
+
+def _outside(path: Path, run_dir: Path, what: str) -> Path:
+    if path.resolve().is_relative_to(run_dir.resolve()):
+        raise SolomonError(f"{what} {path} is inside the run directory: a run cannot vouch for itself")
+    return path
+
+
+def requirements(
+    policy: PromoteParams, run_dir: Path, root: Path, public_key: Path | None = None, expect_digest: str | None = None
+) -> Requirements:
+    """``promote.require``, with a key or digest given on the command line in place of the policy's: the command
+    line can tighten or replace a requirement, never drop one. Keys and digest files are read from outside the run
+    directory (paths relative to the repository ``root``)."""
+    require = policy.require
+    if public_key is None and require.signature:
+        public_key = root / require.signature
+    if expect_digest is None and require.digest_file:
+        path = _outside(root / require.digest_file, run_dir, "promote.require.digest_file")
+        if not path.is_file():
+            raise SolomonError(f"promote.require.digest_file {path} not found: it holds the manifest SHA256 to expect")
+        expect_digest = path.read_text(encoding="utf-8").strip()
+    if expect_digest is None and require.digest_env:
+        expect_digest = os.environ.get(require.digest_env, "").strip()
+        if not expect_digest:
+            raise SolomonError(f"${require.digest_env} is not set: promote.require.digest_env names it")
+    if expect_digest is not None and not SHA256_HEX.match(expect_digest):
+        raise SolomonError(f"the expected manifest digest {expect_digest[:70]!r} is not 64 lowercase hex digits")
+    if public_key is not None:
+        _outside(public_key, run_dir, "the public key")
+        if not public_key.is_file():
+            raise SolomonError(f"{public_key} not found: give the PEM public key of the signing key")
+    return Requirements(public_key, expect_digest)
 
 
 def metric(metrics: dict, key: str) -> float:
@@ -66,15 +117,17 @@ def _model_dir(verified: dict[str, Path], into: Path) -> Path:
     return into
 
 
-def promote(run_dir: Path, policy: PromoteParams, root: Path = Path(".")) -> Promotion:
+def promote(
+    run_dir: Path, policy: PromoteParams, root: Path = Path("."), required: Requirements = Requirements()
+) -> Promotion:
     from solomon.tracking import registry, replay, store  # imports mlflow
 
-    result = verify(run_dir, root)
+    result = verify(run_dir, root, expect_digest=required.expect_digest, public_key=required.public_key)
     if result.problems:
         more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
         raise Refused(f"verify failed: {result.problems[0]}{more}; run `solomon verify {run_dir}`")
     predicate = result.statement["predicate"]
-    metrics = read_json(run_dir / RunFiles.METRICS)
+    metrics = read_json(result.files[RunFiles.METRICS])
     run_id = predicate["run_id"]
     try:
         value = metric(metrics, policy.compare)
@@ -100,8 +153,17 @@ def promote(run_dir: Path, policy: PromoteParams, root: Path = Path(".")) -> Pro
         "previous": champion,
         "compare": {"metric": policy.compare, "value": value, "tolerance": policy.tolerance},
         "thresholds": {"max": dict(policy.max), "min": dict(policy.min)},
+        "required": {  # what this gate demanded beyond verifying, so the record says what it proves
+            "signed_by_public_key_sha256": sha256_file(required.public_key) if required.public_key else None,
+            "expected_digest": required.expect_digest is not None,
+        },
+        "verified_in": dict(sorted(result.where.items())),
         "tracking_uri": store.public_uri(root),
         "promoted_utc": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     write_json(run_dir / RunFiles.PROMOTION, record)
+    # The registry's own record of this decision names the promotion record's bytes.
+    store.connect(root).set_model_version_tag(
+        policy.model_name, version, PROMOTION_TAG, sha256_file(run_dir / RunFiles.PROMOTION)
+    )
     return Promotion(version, champion, run_dir / RunFiles.PROMOTION)

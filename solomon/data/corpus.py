@@ -92,7 +92,9 @@ def kjv_path() -> Path:
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
-    for number, line in enumerate(_read_utf8(path).splitlines(), start=1):
+    """JSON Lines: a record ends at "\n" alone (``splitlines`` would also cut at U+2028, U+0085 and other
+    characters a JSON string may hold raw)."""
+    for number, line in enumerate(_read_utf8(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -244,12 +246,11 @@ def prepare(params: CorpusParams, root: Path = Path(".")) -> PreparedCorpus:
     kept = len(seen)
     if kept == 0:
         raise SolomonError(f"corpus '{params.source}' is empty: no document has text after normalisation")
-    wanted = {"train": 1.0, "val": params.split.val, "test": params.split.test}
-    empty = [name for name in SPLITS if wanted[name] > 0 and not splits[name]]
+    empty = [name for name in SPLITS if not splits[name]]
     if empty:
         raise SolomonError(
             f"corpus '{params.source}' is too small to split: {kept} unique documents leave "
-            f"{'/'.join(empty)} empty; add documents (a few dozen at least) or set those fractions to 0"
+            f"{'/'.join(empty)} empty; add documents (a few dozen at least)"
         )
     return PreparedCorpus(source, splits, duplicates, too_short)
 

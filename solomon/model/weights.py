@@ -9,6 +9,7 @@ changes from process to process).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from safetensors import SafetensorError
@@ -23,9 +24,10 @@ CONFIG_FILE = "config.json"
 TIED = "lm_head.weight"
 
 
-def save(model: GPT, out_dir: Path) -> None:
+def save(model: GPT, out_dir: Path, crash_point: Callable[[str], None] = lambda stage: None) -> None:
+    """Write the model directory atomically (``crash_point``: see ``solomon.atomic.staged_dir``)."""
     state = {name: tensor.contiguous() for name, tensor in sorted(model.state_dict().items()) if name != TIED}
-    with staged_dir(out_dir) as tmp:
+    with staged_dir(out_dir, crash_point) as tmp:
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         write_json(tmp / CONFIG_FILE, model.config.to_dict())
 

@@ -97,8 +97,9 @@ def create_run(
     hyperparameters = params.model_dump(mode="json")
     target = root / run_id
     with staged_dir(target) as tmp:
-        if (target / RunFiles.PROMOTION).is_file():  # the promotion record outlives a rebuilt report
-            shutil.copyfile(target / RunFiles.PROMOTION, tmp / RunFiles.PROMOTION)
+        for kept in (RunFiles.PROMOTION, RunFiles.PROMOTION_SIGNATURE):  # the promotion record outlives a rebuild
+            if (target / kept).is_file():
+                shutil.copyfile(target / kept, tmp / kept)
         shutil.copyfile(params_path, tmp / RunFiles.PARAMS)
         write_text(tmp / RunFiles.HYPERPARAMETERS, yaml.safe_dump(hyperparameters, sort_keys=False, allow_unicode=True))
         for name, (_, copy) in RECORD_FILES.items():

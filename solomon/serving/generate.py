@@ -1,8 +1,9 @@
 """``solomon generate``: sample text from a run's model, only after its files verify against the run's manifest.
 
-The weights, model config and tokenizer are found as ``solomon verify`` finds them (workspace, or DVC cache),
-checked against the manifest's SHA256, and only then loaded. Sampling settings default to the run's own
-``train.samples``; the seed makes a generation repeatable.
+Every file it reads — the weights, model config and tokenizer (found as ``solomon verify`` finds them: workspace,
+or DVC cache) and the run's ``hyperparameters.yaml`` — is checked against the manifest's SHA256 first and then
+read from the very path verify hashed. Sampling settings default to the run's own ``train.samples``; the seed
+makes a generation repeatable.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ from solomon.model.sampling import generate
 from solomon.records import RunFiles
 from solomon.runtime import configure_torch
 
+# What generation reads: the serving files and the run's hyperparameters (sampling defaults, end-of-document token).
+LOADED = (*records.SERVING_FILES, RunFiles.HYPERPARAMETERS)
+
 
 def verified_files(run_dir: Path, root: Path) -> dict[str, Path]:
-    """Where the serving files are, after checking them against the manifest; refuses on any problem."""
-    result = verify(run_dir, root, set(records.SERVING_FILES))
+    """Where the files generation reads are, after checking them against the manifest; refuses on any problem."""
+    result = verify(run_dir, root, set(LOADED))
     if result.problems:
         raise SolomonError(f"refusing to load {run_dir}: {result.problems[0]}; run `solomon verify {run_dir}`")
     return result.files
@@ -41,7 +45,7 @@ def generate_text(
     threads: int = 1,
 ) -> str:
     files = verified_files(run_dir, root)
-    hyper = yaml.safe_load((run_dir / RunFiles.HYPERPARAMETERS).read_text(encoding="utf-8"))
+    hyper = yaml.safe_load(files[RunFiles.HYPERPARAMETERS].read_text(encoding="utf-8"))
     samples = hyper["train"]["samples"]
     configure_torch(threads)
     model = weights.load_files(files[records.MODEL_CONFIG], files[records.WEIGHTS])

@@ -2,11 +2,16 @@
 
 The note is rendered from two git revisions with DVC's own diffs (``dvc metrics diff`` and ``dvc params diff``,
 as Markdown), so what the reviewer reads is what ``dvc`` says locally. Posted through the GitLab Notes API, it
-starts with a hidden marker: a later push finds that note and edits it instead of adding another.
+starts with a hidden marker: a later push finds that note and edits it instead of adding another, but only a note
+the token's own user wrote (anyone can paste the marker into a comment).
+
+The token travels only where it is meant to: the API URL must be https (plain http only on loopback, for tests),
+and a redirect is refused rather than followed (urllib would send the token's header on to the new address).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -14,7 +19,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from solomon.errors import SolomonError, first_line, last_line
 from solomon.tools.scratch import run
@@ -67,14 +72,48 @@ def render_note(repo: Path, base: str, head: str = "HEAD", footer: str = "") -> 
     return "\n".join(lines) + "\n"
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback  # 127.0.0.0/8 and ::1
+    except ValueError:
+        return False
+
+
+def check_api_url(api_url: str) -> None:
+    """Refuse, before any request, an API URL the token must not travel to in clear text."""
+    url = urlsplit(api_url)
+    if url.scheme == "https" and url.hostname:
+        return
+    if url.scheme == "http" and url.hostname and _is_loopback(url.hostname):
+        return
+    raise SolomonError(
+        f"refusing to send the token to {api_url!r}: the GitLab API URL must be https:// (http:// only on loopback)"
+    )
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """No redirect is followed: urllib would send the PRIVATE-TOKEN header to wherever it points."""
+
+    def redirect_request(self, *args: object) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError, which names the Location
+
+
+_OPENER = urllib.request.build_opener(_RefuseRedirects)
+
+
 @dataclass(frozen=True)
 class NotesApi:
-    """The three GitLab Notes API calls the review uses, on one merge request."""
+    """The GitLab API calls the review uses, on one merge request: who the token is, and list, create, edit notes."""
 
     api_url: str  # e.g. https://gitlab.example.com/api/v4 ($CI_API_V4_URL)
     project: str  # numeric id or full path ($CI_PROJECT_ID)
     merge_request: str  # the MR's iid ($CI_MERGE_REQUEST_IID)
     token: str
+
+    def __post_init__(self) -> None:
+        check_api_url(self.api_url)
 
     @classmethod
     def from_ci_environment(cls, token_env: str = TOKEN_ENV) -> NotesApi:
@@ -101,13 +140,31 @@ class NotesApi:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
+            with _OPENER.open(request, timeout=30) as response:
                 return json.loads(response.read() or b"null"), dict(response.headers)
         except urllib.error.HTTPError as exc:
-            hint = f" (check ${TOKEN_ENV}: a token with the api scope)" if exc.code in (401, 403) else ""
-            raise SolomonError(f"GitLab answered {exc.code} to {method} {url}{hint}") from None
+            raise SolomonError(f"GitLab answered {exc.code} to {method} {url}{self._hint(exc)}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise SolomonError(f"cannot reach GitLab at {url}: {first_line(exc)}") from None
+
+    def _hint(self, exc: urllib.error.HTTPError) -> str:
+        if 300 <= exc.code < 400:
+            where = exc.headers.get("Location", "another address")
+            return (
+                f", a redirect to {where}: not followed, the token is never sent on (is CI_API_V4_URL the API's own?)"
+            )
+        if exc.code == 401:
+            return f" (check ${TOKEN_ENV}: a token with the api scope)"
+        if exc.code == 403:
+            return (
+                f" (the token in ${TOKEN_ENV} lacks the api scope, or its user lacks permission on merge request "
+                f"!{self.merge_request}: it needs at least the Reporter role in the project)"
+            )
+        return ""
+
+    def user_id(self) -> int:
+        """The id of the token's own user: the author of the notes this review may edit."""
+        return int(self._call("GET", f"{self.api_url.rstrip('/')}/user")[0]["id"])
 
     def notes(self) -> list[dict]:
         found, page = [], "1"
@@ -124,12 +181,19 @@ class NotesApi:
         return self._call("PUT", self._url(f"/{note_id}"), {"body": body})[0]
 
 
+def _is_ours(note: dict, user_id: int) -> bool:
+    author = note.get("author") or {}
+    return not note.get("system") and author.get("id") == user_id and str(note.get("body", "")).startswith(MARKER)
+
+
 def post_or_update(api: NotesApi, body: str) -> tuple[str, int]:
-    """Edit the review note posted before (the first note that starts with the marker), else post one.
+    """Edit the review note posted before (the first note that starts with the marker and was written by the
+    token's own user; a marked note by anyone else is left alone), else post one.
 
     Returns ("created" | "updated" | "unchanged", note id).
     """
-    ours = [n for n in api.notes() if not n.get("system") and str(n.get("body", "")).startswith(MARKER)]
+    me = api.user_id()
+    ours = [note for note in api.notes() if _is_ours(note, me)]
     if not ours:
         return "created", int(api.create(body)["id"])
     note = ours[0]

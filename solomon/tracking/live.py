@@ -11,22 +11,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from solomon.errors import first_line
 from solomon.params import Params
 from solomon.tracking.store import (
     BATCH,
     STEP_METRICS,
+    error_line,
     eval_metrics,
     history_metrics,
     missing_metrics,
     missing_samples,
     open_run,
     param_values,
+    public_uri,
     samples_markdown,
     samples_path,
     source_tags,
     step_metrics,
-    tracking_uri,
     warn,
 )
 
@@ -50,7 +50,7 @@ class LiveTracker:
     """
 
     def __init__(self, params: Params, root: Path = Path(".")) -> None:
-        self.uri = tracking_uri(root)
+        self.uri = public_uri(root)  # for messages: the client finds the store itself
         self._root = root
         self._params = param_values(params.model_dump(mode="json"))
         self._tags = source_tags()
@@ -160,7 +160,7 @@ class LiveTracker:
     def _fail(self, exc: Exception) -> None:
         if not self._outage:
             warn(
-                f"cannot reach {self.uri} ({first_line(exc)}); training goes on, the local log keeps every step, "
+                f"cannot reach {self.uri} ({error_line(exc)}); training goes on, the local log keeps every step, "
                 f"and sending resumes when it answers (tried every {self._retry_s:g} s)"
             )
         self._outage = True

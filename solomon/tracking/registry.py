@@ -18,7 +18,7 @@ def logged_run(run_id: str, root: Path = Path(".")) -> str:
     """The MLflow run id of training run ``run_id``, for registering a run synced earlier."""
     found = store.find_run(run_id, root)
     if found is None:
-        raise SolomonError(f"run {run_id!r} is not in {store.tracking_uri(root)}: `solomon track sync {run_id}` first")
+        raise SolomonError(f"run {run_id!r} is not in {store.public_uri(root)}: `solomon track sync {run_id}` first")
     return found
 
 
@@ -29,7 +29,7 @@ def register_version(mlflow_run: str, name: str, tags: dict[str, str], root: Pat
     run_tags = client.get_run(mlflow_run).data.tags
     run_id, model_sha = run_tags.get(store.RUN_ID_TAG), run_tags.get(store.MODEL_TAG)
     if model_sha is None:
-        raise SolomonError(f"no report of run {run_id!r} is in {store.tracking_uri(root)}: `solomon track sync` it")
+        raise SolomonError(f"no report of run {run_id!r} is in {store.public_uri(root)}: `solomon track sync` it")
     source = store.model_artifact_path(model_sha)
     if not any(a.path == f"{source}/{WEIGHTS_FILE}" for a in client.list_artifacts(mlflow_run, source)):
         raise SolomonError(f"MLflow run of {run_id} has no model artifact: sync it from the checkout that trained it")

@@ -16,7 +16,6 @@ from solomon.tracking import store  # first: it sets MLflow's HTTP defaults befo
 import yaml
 from mlflow.entities import Metric, RunStatus
 
-from solomon.errors import first_line
 from solomon.hashing import sha256_file
 from solomon.params import Params
 from solomon.records import DVC_LOCK, WEIGHTS_FILE, RunFiles, read_evals, read_json, read_steps
@@ -81,7 +80,7 @@ def sync_or_warn(run_dir: Path, root: Path = Path("."), model_dir: Path | None =
         return sync_run(run_dir, root, model_dir)
     except Exception as exc:
         store.warn(
-            f"could not log run {run_dir.name} to {store.tracking_uri(root)} ({first_line(exc)}); "
+            f"could not log run {run_dir.name} to {store.public_uri(root)} ({store.error_line(exc)}); "
             f"it is recorded in {run_dir}; replay with `solomon track sync {run_dir.name}`"
         )
         return None
@@ -94,6 +93,6 @@ def open_run_or_warn(run_id: str, params: Params, root: Path = Path(".")) -> str
         return store.open_run(run_id, store.source_tags(), store.param_values(params.model_dump(mode="json")), root)[1]
     except Exception as exc:
         store.warn(
-            f"cannot reach {store.tracking_uri(root)} ({first_line(exc)}); the manifest records no MLflow run id"
+            f"cannot reach {store.public_uri(root)} ({store.error_line(exc)}); the manifest records no MLflow run id"
         )
         return None

@@ -71,9 +71,12 @@ def start(
     )
     log.close()
     if not wait_healthy(port, timeout, process):
+        from solomon.tracking.store import redact  # imports mlflow: only on failure
+
         stop_process(process.pid)
         tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-        raise SolomonError(f"mlflow server on 127.0.0.1:{port} did not become healthy: {tail[0][:300]}")
+        # The last line may quote the backend store's URI, password included.
+        raise SolomonError(f"mlflow server on 127.0.0.1:{port} did not become healthy: {redact(tail[0])[:300]}")
     return process
 
 

@@ -1,7 +1,9 @@
 """Where the tracking store is, and what every other tracking module builds on.
 
 - the store: ``tracking_uri`` (``MLFLOW_TRACKING_URI``, else SQLite in the workspace's ``mlflow.db``),
-  ``workspace_root``, ``ensure_sqlite_store`` and ``public_uri``;
+  ``workspace_root`` and ``ensure_sqlite_store``;
+- what may be shown of it: ``redact`` (the one redactor: user info and credential-like query parameters out of
+  any text), ``public_uri`` (the store's URI, redacted) and ``warn`` (every tracking warning, redacted);
 - the MLflow run of a training run: ``find_run`` looks it up by its tag ``solomon.run_id``, ``open_run`` also
   creates it and gives it the params and tags it lacks;
 - what a run's records become in MLflow: params and tags (``param_values``, ``source_tags``), step and
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 # Fail fast instead of retrying for minutes when a server is down: tracking must never hold up a run.
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
@@ -26,6 +30,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from solomon.errors import SolomonError, first_line
 from solomon.params import flatten
 from solomon.provenance import git_state
 
@@ -57,15 +62,6 @@ def tracking_uri(root: Path = Path(".")) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{workspace_root(root) / 'mlflow.db'}"
 
 
-def public_uri(root: Path = Path(".")) -> str:
-    """The tracking URI without any credentials in it, for records."""
-    uri = tracking_uri(root)
-    parts = urlsplit(uri)
-    if not (parts.username or parts.password):
-        return uri  # unchanged: urlunsplit would turn sqlite://// into sqlite://
-    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
-
-
 def connect(root: Path = Path(".")) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri(root))
 
@@ -92,8 +88,53 @@ def ensure_sqlite_store(uri: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+# --- what may be shown of it ------------------------------------------------------------------------------------
+# A URI's user info (``user:password@``), dropped.
+_USER_INFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s'\"<>]*@")
+# The value of a query (or fragment) parameter whose name suggests a credential: token, access_token, password,
+# secret, api_key, sig, X-Amz-Signature, X-Goog-Credential ... (every X-Amz-*/X-Goog-* parameter of a signed URL).
+_CREDENTIAL_PARAMETER = re.compile(
+    r"([?&;#][^=&;?#\s'\"<>/]*(?:token|pass|pwd|secret|key|sig|credential|auth|session|cookie|jwt|bearer|private"
+    r"|x-amz-|x-goog-)[^=&;?#\s'\"<>/]*=)[^&;#\s'\"<>]*",
+    re.IGNORECASE,
+)
+REDACTED = "***"
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URI in it taken out: user info dropped, the value of each
+    credential-like query parameter replaced by ``***``. Every tracking URI, and every message that may quote
+    one (an MLflow error quotes the URL it called), goes through here before it is printed, logged or recorded."""
+    return _CREDENTIAL_PARAMETER.sub(rf"\1{REDACTED}", _USER_INFO.sub(r"\1", text))
+
+
+def public_uri(root: Path = Path(".")) -> str:
+    """The tracking URI without any credentials in it: the only form of it that is shown or recorded."""
+    return redact(tracking_uri(root))
+
+
+def error_line(exc: BaseException) -> str:
+    """``first_line`` of ``exc``, redacted before it is cut to length: a cut could part a credential from the ``@``
+    or ``=`` that marks it as one (an MLflow error quotes the whole URL it called)."""
+    text = redact(str(exc))
+    return first_line(RuntimeError(text)) if text.strip() else first_line(exc)
+
+
+@contextmanager
+def redacted_errors(doing: str, root: Path = Path(".")) -> Iterator[None]:
+    """For commands that talk to the store: a failure becomes one redacted line (``SolomonError``), never a
+    traceback, which would print the URL with its credentials."""
+    try:
+        yield
+    except SolomonError:
+        raise
+    except Exception as exc:
+        raise SolomonError(f"{doing} at {public_uri(root)} failed: {error_line(exc)}") from None
+
+
 def warn(message: str) -> None:
-    print(f"warning: tracking: {message}", file=sys.stderr, flush=True)
+    """A tracking warning on stderr, redacted: it often quotes the store's URI or an error that contains it."""
+    print(f"warning: tracking: {redact(message)}", file=sys.stderr, flush=True)
 
 
 # --- the MLflow run of a training run ----------------------------------------------------------------------------

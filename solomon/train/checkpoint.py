@@ -14,7 +14,6 @@ checkpoint files.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import secrets
 import shutil
@@ -27,7 +26,7 @@ from typing import Any, Protocol
 
 import torch
 
-from solomon.atomic import write_json, write_with
+from solomon.atomic import tidy, write_json, write_with
 from solomon.hashing import sha256_file
 from solomon.train.hooks import NO_HOOKS, Hooks
 
@@ -105,12 +104,14 @@ class Checkpointer:
             self.hooks.crash_point("checkpoint-write", step)
 
         write_with(path, writer)
+        self.hooks.crash_point("checkpoint-index", step)
         index = self.read_index()
         entries = [e for e in index["checkpoints"] if e["step"] != step]
         entries.append({"step": step, "file": path.name, "sha256": sha256_file(path)})
         entries.sort(key=lambda e: e["step"])
         stale, kept = entries[: -self.keep], entries[-self.keep :]
         write_json(self.index_path, {**index, "checkpoints": kept, "completed": False})
+        self.hooks.crash_point("checkpoint-prune", step)
         for entry in stale:
             (self.directory / entry["file"]).unlink(missing_ok=True)
         return path
@@ -165,11 +166,7 @@ class Checkpointer:
         for partial in self.directory.glob(".*.tmp"):
             shutil.rmtree(partial) if partial.is_dir() and not partial.is_symlink() else partial.unlink()
         for old in self.directory.glob(".*.old"):
-            target = old.with_name(old.name[1 : -len(".old")])
-            if target.exists():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(old, target)
+            tidy(old.with_name(old.name[1 : -len(".old")]))
         try:  # an unreadable index lists nothing: then keep every file rather than delete what it may have listed
             listed = {entry["file"] for entry in json.loads(self.index_path.read_text(encoding="utf-8"))["checkpoints"]}
         except FileNotFoundError:

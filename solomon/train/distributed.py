@@ -2,8 +2,10 @@
 
 A small component with one job: know this process's rank and the world size, and make every rank agree on a
 decision (stop early, stop on a signal) through one collective, so that no rank waits on a barrier another has
-left. Gloo on CPU, NCCL when CUDA is present. Data order and gradient averaging stay where they are
-(``DataOrder`` slices each step's global batch by rank; ``DistributedDataParallel`` averages gradients).
+left. The backend follows the device of the tensors the collectives carry: the model and every collective's
+tensors live on the CPU, so it is gloo whether or not a GPU is visible. Data order and gradient averaging stay
+where they are (``DataOrder`` slices each step's global batch by rank; ``DistributedDataParallel`` averages
+gradients).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from solomon.errors import SolomonError
 # A rank that dies makes torchrun stop the others at once; this only bounds a collective that never completes
 # for another reason (a hung peer), so that a job cannot wait forever.
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
+BACKEND = "gloo"  # the collectives' tensors are CPU tensors (NCCL would need them on a GPU)
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,7 @@ class ProcessGroup:
             )
         if world_size == 1:
             return cls()
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT)
+        dist.init_process_group(BACKEND, timeout=COLLECTIVE_TIMEOUT)
         return cls(rank=dist.get_rank(), world_size=dist.get_world_size())
 
     def any(self, flag: bool) -> bool:
@@ -58,6 +60,24 @@ class ProcessGroup:
         value = torch.tensor([int(flag)])
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item())
+
+    def require_same(self, what: str, value: int) -> None:
+        """Stop every rank, with one line from rank 0 naming each rank's value, unless all ranks hold the same
+        ``value`` (e.g. the step they resume from: ranks reading different checkpoints would diverge or hang)."""
+        if not self.distributed:
+            return
+        values = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
+        dist.all_gather(values, torch.tensor([value], dtype=torch.int64))
+        found = [int(v.item()) for v in values]
+        if len(set(found)) == 1:
+            return
+        if not self.is_main:
+            raise SystemExit(2)  # rank 0 says why
+        ranks = ", ".join(f"rank {rank}: {v}" for rank, v in enumerate(found))
+        raise SolomonError(
+            f"the ranks disagree on the {what} ({ranks}): every rank must read the same checkpoints directory "
+            "(one shared volume); delete the stale copy or start over with `--fresh`"
+        )
 
     def mean(self, value: float) -> float:
         """The mean of ``value`` over the ranks (fp64, so the step loss is not rounded on the way)."""

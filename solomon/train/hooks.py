@@ -20,7 +20,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +32,24 @@ CRASH_RANK = "SOLOMON_CRASH_RANK"
 PAUSE_AT = "SOLOMON_PAUSE_AT"
 RECORD_BATCHES = "SOLOMON_RECORD_BATCHES"
 
-# Every named crash point, in the order a step reaches them.
-CRASH_POINTS = ("checkpoint-write", "after-eval", "after-step")
+# Every durable write of the train stage is a named crash point (the step is the one being written), listed in
+# the order a run reaches them. A test kills the real stage at each in turn and resumes to the same bytes.
+CRASH_POINTS = (
+    "logs-open",  # the step and evaluation logs rewritten from the checkpoint at start (step: the start step)
+    "step-log",  # a step's row appended to the step log
+    "best-staged",  # a new best model written to its staging directory, not yet renamed into place
+    "best-swap",  # between the two renames that replace the previous best model
+    "eval-log",  # an evaluation's record appended to the evaluation log
+    "after-eval",  # after an evaluation, before the step's checkpoint
+    "checkpoint-write",  # a checkpoint written to its temporary name
+    "checkpoint-index",  # a checkpoint renamed into place, not yet listed in the index
+    "checkpoint-prune",  # the index written, older checkpoints not yet deleted
+    "after-step",  # a step done, its checkpoint (if any) on disk
+    "model-staged",  # the output model copied to its staging directory
+    "model-swap",  # between the two renames that replace the previous output model
+    "run-completed",  # the output model in place, the checkpoint index not yet marked completed
+    "metrics-written",  # the run's metrics written to their temporary name, not yet renamed into place
+)
 
 
 def crash_environment(point: str, step: int) -> dict[str, str]:
@@ -80,6 +96,10 @@ class Hooks:
         """Die here, by SIGKILL, if this is the point, step and rank the hooks name."""
         if self.crash_at == (point, step) and rank == self.crash_rank:
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def write_points(self, prefix: str, step: int) -> Callable[[str], None]:
+        """The crash points of one atomic write (``solomon.atomic`` names its stages: staged, swap, written)."""
+        return lambda stage: self.crash_point(f"{prefix}-{stage}", step)
 
     def after_step(self, step: int) -> None:
         if self.pause_at is None or self.pause_at[0] != step:

@@ -98,7 +98,9 @@ def build_model(params: Params, vocab_size: int) -> GPT:
     return GPT(config)
 
 
-def build_components(params: Params, paths: TrainPaths, n_tokens: int, vocab_size: int, world_size: int) -> Components:
+def build_components(
+    params: Params, paths: TrainPaths, n_tokens: int, vocab_size: int, world_size: int, hooks: Hooks = NO_HOOKS
+) -> Components:
     """A fresh run's components, each seeded from its own stream; a resume then loads their checkpointed state."""
     cfg = params.train
     model = build_model(params, vocab_size)
@@ -113,7 +115,7 @@ def build_components(params: Params, paths: TrainPaths, n_tokens: int, vocab_siz
         data_order=data_order,
         early_stopping=EarlyStopping(cfg.early_stopping),
         rng=TorchRandomState(),
-        log=RunLog(paths.steps_log, paths.evals_log),
+        log=RunLog(paths.steps_log, paths.evals_log, hooks),
     )
     torch.manual_seed(stream_seed(cfg.seed, "dropout"))  # each micro-batch reseeds it; this is the checkpointed state
     return components
@@ -136,7 +138,7 @@ def train(
     tokens = open_tokens(paths.tokens_dir, "train")
     tokenizer = load_tokenizer(paths.tokenizer)
     meta = read_meta(paths.tokens_dir)
-    parts = build_components(params, paths, len(tokens), meta["vocab_size"], group.world_size)
+    parts = build_components(params, paths, len(tokens), meta["vocab_size"], group.world_size, hooks)
     model, optimizer, data_order, stopper, run_log = (
         parts.model, parts.optimizer, parts.data_order, parts.early_stopping, parts.log
     )  # fmt: skip
@@ -146,7 +148,7 @@ def train(
     autocast = autocast_for(cfg.precision)
     val_tokens, byte_lengths = open_tokens(paths.tokens_dir, "val"), token_byte_lengths(tokenizer)
     best_dir = paths.checkpoints / BEST_DIR
-    evaluate = PeriodicEvaluation(params, val_tokens, tokenizer, byte_lengths, meta["eod_id"], stopper, best_dir)
+    evaluate = PeriodicEvaluation(params, val_tokens, tokenizer, byte_lengths, meta["eod_id"], stopper, best_dir, hooks)
 
     current = fingerprint(params, paths.tokens_dir, paths.tokenizer)
     checkpointer = Checkpointer(paths.checkpoints, cfg.keep_checkpoints, hooks)
@@ -154,6 +156,7 @@ def train(
     if loaded is not None:
         checkpointer.restore(loaded, parts.by_name())
     start = done = loaded.step if loaded is not None else 0
+    group.require_same("step to resume from", start)
     if group.is_main:
         checkpointer.mark_completed(False)
         run_log.open()
@@ -231,7 +234,7 @@ def train(
             return {}
         with timers("tracking"):
             tracker.finish("FINISHED")  # the last sends: part of this run's time
-        metrics = _finish(params, paths, checkpointer, stopper, model, run_id, start, done, timers, started)
+        metrics = _finish(params, paths, checkpointer, stopper, model, run_id, start, done, timers, started, hooks)
         status = "FINISHED"
     finally:
         tracker.finish("KILLED" if exit_code is not None else status)
@@ -266,6 +269,7 @@ def _finish(
     done: int,
     timers: Timers,
     started: float,
+    hooks: Hooks,
 ) -> dict:
     """Write the best evaluated model to ``model_dir``, mark the run completed, and write its metrics."""
     cfg = params.train
@@ -273,8 +277,9 @@ def _finish(
     best_dir = paths.checkpoints / BEST_DIR
     if not best_dir.is_dir():
         raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
-    with staged_dir(paths.model_dir) as tmp:
+    with staged_dir(paths.model_dir, hooks.write_points("model", done)) as tmp:
         shutil.copytree(best_dir, tmp, dirs_exist_ok=True)
+    hooks.crash_point("run-completed", done)
     checkpointer.mark_completed(True)
     tokens_per_step = cfg.batch_size * params.model.block_size
     steps_here = done - start
@@ -297,7 +302,7 @@ def _finish(
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "run_id": run_id,
     }
-    write_json(paths.metrics, metrics)
+    write_json(paths.metrics, metrics, hooks.write_points("metrics", done))
     return metrics
 
 

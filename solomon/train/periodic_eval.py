@@ -17,6 +17,7 @@ from solomon.model.sampling import generate
 from solomon.params import Params
 from solomon.rng import sample_seed
 from solomon.train.early_stopping import EarlyStopping
+from solomon.train.hooks import NO_HOOKS, Hooks
 
 
 class PeriodicEvaluation:
@@ -29,6 +30,7 @@ class PeriodicEvaluation:
         eod_id: int,
         stopper: EarlyStopping,
         best_dir: Path,
+        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.params = params
         self.val_tokens = val_tokens
@@ -37,6 +39,7 @@ class PeriodicEvaluation:
         self.eod_id = eod_id
         self.stopper = stopper
         self.best_dir = best_dir
+        self.hooks = hooks
 
     def __call__(self, model: GPT, step: int) -> dict:
         """Evaluate ``model`` after ``step`` steps; save it to ``best_dir`` when it is a new best. Returns the
@@ -50,7 +53,7 @@ class PeriodicEvaluation:
         model.train()
         improved = self.stopper.update(step, metrics["loss"])
         if improved:
-            weights.save(model, self.best_dir)
+            weights.save(model, self.best_dir, self.hooks.write_points("best", step))
         return {
             "step": step,
             "val_loss": metrics["loss"],
