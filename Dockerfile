@@ -2,7 +2,8 @@
 # tokenizer (`dvc checkout`, or the run just made):
 #   make image RUN=<run-id>        (passes RUN_ID and MANIFEST_SHA256; see the Makefile)
 # The build fails unless the copied run directory, weights, model config and tokenizer verify against the
-# run's manifest and the manifest is the one named by MANIFEST_SHA256.
+# run's manifest and the manifest is the one named by MANIFEST_SHA256. The image serves that run over HTTP on
+# port 8000 (`solomon serve`: docs/serving.md).
 FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -38,8 +39,13 @@ LABEL org.opencontainers.image.title="solomon" \
       dev.solomon.run-id="${RUN_ID}" \
       dev.solomon.manifest-sha256="${MANIFEST_SHA256}"
 
-ENV SOLOMON_RUN=/app/reports/training/${RUN_ID}
+# `solomon serve` verifies the files again, against the digest the image was built for, before it loads them;
+# SOLOMON_IMAGE_DIGEST (set by the deployment: an image cannot know its own digest) is reported by /v1/provenance.
+ENV SOLOMON_RUN=/app/reports/training/${RUN_ID} \
+    SOLOMON_EXPECT_DIGEST=${MANIFEST_SHA256}
 USER 10001
-# `solomon generate` verifies the files again before it loads them.
-ENTRYPOINT ["solomon", "generate", "--root", "/app"]
-CMD ["--prompt", "In the beginning"]
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
+ENTRYPOINT ["solomon", "serve", "--root", "/app"]
+CMD ["--host", "0.0.0.0", "--port", "8000"]

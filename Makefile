@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image browser helm bench chaos smoke test test-fast lint clean-venv mlflow-server mlflow-stop
+.PHONY: setup lock run repro report docs image serve browser helm plots-template bench chaos smoke test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -23,7 +23,9 @@ lock: setup
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 		--no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
 
-run: setup
+# repair-lock: a kill during DVC's own write of dvc.lock leaves it empty; restore it so `dvc repro` can resume.
+run: setup plots-template
+	@$(BIN)/solomon repair-lock
 	$(BIN)/dvc repro
 
 repro: run
@@ -46,6 +48,22 @@ image: setup
 	docker build --build-arg RUN_ID=$${verified%%:*} --build-arg MANIFEST_SHA256=$${verified##* } \
 		-t solomon:$${verified%%:*} .
 
+# Serve RUN (a run id or directory; default: the latest run) on 127.0.0.1:$(SERVE_PORT) after verifying it:
+# OpenAI-style /v1/completions, /v1/provenance, /readyz (docs/serving.md). Ctrl-C or SIGTERM drains and stops.
+SERVE_PORT ?= 8000
+serve: setup
+	$(BIN)/solomon serve $(if $(RUN),--run $(RUN)) --host 127.0.0.1 --port $(SERVE_PORT)
+
+# The DVC remote (docs/remote.md): `make push` after a run sends its data, model and replay anchors there; on a fresh
+# clone `make pull` brings them back, so `solomon verify`, `generate` and `replay` work without retraining.
+# REMOTE=<name>: another remote than the default one.
+REMOTE ?=
+push: setup
+	$(BIN)/dvc push $(if $(REMOTE),--remote $(REMOTE))
+
+pull: setup
+	$(BIN)/dvc pull $(if $(REMOTE),--remote $(REMOTE))
+
 # A benchmark, not a test: prints a table and writes reports/bench/<time>.json (the train part needs `make run`).
 bench: setup
 	$(BIN)/solomon bench
@@ -60,6 +78,14 @@ SMOKE_RUN_DIR ?=
 smoke: setup
 	$(BIN)/solomon smoke $(if $(SMOKE_RUN_DIR),--keep-run $(SMOKE_RUN_DIR))
 
+# `dvc plots show/diff` offline: Vega, Vega-Lite and vega-embed inlined into a template (pinned, hash-checked,
+# from the npm registry), named in .dvc/config.local; without npm or the registry DVC's CDN page stays the default.
+PLOTS_TEMPLATE := .dvc/offline-plots.html
+plots-template: setup
+	@test -s $(PLOTS_TEMPLATE) || $(BIN)/python .ci/fetch-vega $(PLOTS_TEMPLATE) \
+		|| echo "offline plots template not fetched: dvc plots show will load Vega from its CDN"
+	@test ! -s $(PLOTS_TEMPLATE) || $(BIN)/dvc config --local plots.html_template $(notdir $(PLOTS_TEMPLATE))
+
 # Debian's chromium for the report's browser test; installed only where we are root with apt (CI), else skipped.
 browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -72,7 +98,7 @@ helm: setup
 	@command -v helm >/dev/null || $(BIN)/python .ci/fetch-helm $(BIN)/helm \
 		|| echo "helm not fetched: the chart tests will skip"
 
-test: setup browser helm
+test: setup browser helm plots-template
 	$(BIN)/python -m pytest -q
 
 # The unit tier: every test not marked slow (no pipeline, training process, server, browser or external tool).

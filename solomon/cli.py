@@ -28,9 +28,16 @@ def _chaos(args: argparse.Namespace) -> None:
     from solomon.tools.chaos import chaos
 
     result = chaos(Path(args.source).resolve(), args.trials, args.seed, report=lambda line: print(line, flush=True))
-    print(f"chaos: {result['identical']}/{result['trials']} trials bit-identical (seed {result['seed']})")
+    repaired = f"; {result['lock_repaired']} needed dvc.lock repaired first" if result["lock_repaired"] else ""
+    print(f"chaos: {result['identical']}/{result['trials']} trials bit-identical (seed {result['seed']}{repaired})")
     if result["identical"] != result["trials"]:
         raise SystemExit(1)
+
+
+def _repair_lock(args: argparse.Namespace) -> None:
+    from solomon.tools.dvc_lock import repair_lock
+
+    print(repair_lock(Path(args.root)) or "dvc.lock is readable: nothing to repair")
 
 
 def _review(args: argparse.Namespace) -> None:
@@ -119,6 +126,16 @@ def _bench(args: argparse.Namespace) -> None:
         )
     else:
         print(f"train stage not timed: no {records.TOKENS_DIR} here (run `make run` first) or --stage-steps 0")
+    if args.serving_clients:
+        from solomon.tools.bench import serving_load
+
+        serving = result["serving"] = serving_load(clients=args.serving_clients)
+        print(
+            f"\nserving ({serving['model']}, {serving['clients']} concurrent clients, {serving['requests']} requests "
+            f"of {serving['max_tokens']} tokens, loopback): {serving['requests_per_s']} requests/s, p50 "
+            f"{serving['p50_latency_s']} s, p95 {serving['p95_latency_s']} s, {serving['generated_tokens_per_s']} "
+            f"generated tokens/s, {serving['errors']} errors"
+        )
     out = Path(args.out) / f"{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
     write_json(out, result)
     print(f"written: {out}")
@@ -207,6 +224,39 @@ def _generate(args: argparse.Namespace) -> None:
     print(text)
 
 
+def _serve(args: argparse.Namespace) -> None:
+    from functools import partial
+
+    from solomon.serving.completions import Limits
+    from solomon.serving.server import Source, load, serve
+
+    if args.model and args.run:
+        raise SolomonError("give --run or --model, not both")
+    root = Path(args.root)
+    run_dir = None if args.model else _run_of(args)
+    source = Source(root, run_dir, args.model, args.expect_digest, args.threads)
+    limits = Limits(args.max_prompt_tokens, args.max_tokens, args.max_body_bytes, args.queue, args.timeout)
+    serve(partial(load, source), args.host, args.port, limits, args.image_digest)
+
+
+def _lineage(args: argparse.Namespace) -> None:
+    from solomon.params import PromoteParams, load_params
+    from solomon.serving.lineage import Broken, lineage
+
+    root = Path(args.root)
+    params_path = root / PARAMS_FILE
+    policy = load_params(params_path).promote if params_path.is_file() else PromoteParams()
+    reference = args.model or f"models:/{policy.model_name}@{policy.alias}"
+    try:
+        chain = lineage(args.url, reference, root)
+    except Broken as broken:
+        print(f"lineage broken at {broken}")
+        raise SystemExit(1) from None
+    for link, holds in chain:
+        print(f"{link:<13}{holds}")
+    print("lineage holds: every link verified")
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -226,6 +276,15 @@ def _report(args: argparse.Namespace) -> None:
     render_pages(run_dir)
     pages = " and ".join(str(run_dir / page) for page in records.RunFiles.PAGES)
     print(f"report: {pages} rebuilt from the run's own files")
+
+
+def _replay(args: argparse.Namespace) -> None:
+    from solomon.tools.replay import replay
+
+    result = replay(_run_of(args), Path(args.root), args.from_step, args.steps, args.threads, args.tolerance)
+    print("\n".join(result.lines()))
+    if result.status:
+        raise SystemExit(result.status)
 
 
 def _track_sync(args: argparse.Namespace) -> None:
@@ -334,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     chaotic.add_argument("--seed", type=int, default=0, help="draws the kill moments: the same seed, the same kills")
     chaotic.add_argument("--source", default=".", help="repository to copy (default: the current directory)")
     chaotic.set_defaults(func=_chaos)
+    repair = commands.add_parser(
+        "repair-lock", help="restore a dvc.lock that a kill during DVC's own write left empty or cut (see docs)"
+    )
+    repair.add_argument("--root", default=".", help=ROOT_HELP)
+    repair.set_defaults(func=_repair_lock)
     review = commands.add_parser(
         "review", help="the merge-request note: dvc metrics and params diff of two revisions (--post: to GitLab)"
     )
@@ -353,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--stage-steps", type=int, default=200, help="steps of the timed real train stage (0: skip it)")
     bench.add_argument("--out", default="reports/bench", help="where the JSON record goes")
     bench.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variants")
+    bench.add_argument(
+        "--serving-clients", type=int, default=4, help="concurrent clients of the serving load figure (0: skip it)"
+    )
     bench.set_defaults(func=_bench)
     check = commands.add_parser(
         "verify",
@@ -416,6 +483,58 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--top-k", type=_positive_int, help="default: the run's train.samples")
     sample.add_argument("--seed", type=int, default=0, help="same seed, same text")
     sample.set_defaults(func=_generate)
+    server = commands.add_parser(
+        "serve", help="serve a verified run over HTTP: OpenAI-style /v1/completions, /v1/provenance, /readyz"
+    )
+    _run_arguments(server, option=True, default=os.environ.get("SOLOMON_RUN"), default_text="$SOLOMON_RUN, else ")
+    server.add_argument("--model", help="a registry alias instead of --run: models:/<name>@<alias>")
+    server.add_argument(
+        "--expect-digest",
+        default=os.environ.get("SOLOMON_EXPECT_DIGEST") or None,
+        help="the manifest SHA256 the run must have (default: $SOLOMON_EXPECT_DIGEST; with --model, its tag)",
+    )
+    server.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    server.add_argument("--port", type=_positive_int, default=8000, help="the port (default: 8000)")
+    server.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default: 1)")
+    server.add_argument(
+        "--image-digest",
+        default=os.environ.get("SOLOMON_IMAGE_DIGEST") or None,
+        help="the serving image's digest, reported by /v1/provenance (default: $SOLOMON_IMAGE_DIGEST)",
+    )
+    server.add_argument("--max-prompt-tokens", type=_positive_int, default=256, help="default: 256")
+    server.add_argument("--max-tokens", type=_positive_int, default=256, help="the cap on max_tokens (default: 256)")
+    server.add_argument("--max-body-bytes", type=_positive_int, default=65536, help="default: 65536")
+    server.add_argument("--queue", type=int, default=8, help="requests waiting beyond the one generating; then 429")
+    server.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds per request (default: 60)")
+    server.set_defaults(func=_serve)
+    lineage = commands.add_parser(
+        "lineage", help="walk from a live server to its registry version, manifest, run, weights and corpus"
+    )
+    lineage.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    lineage.add_argument(
+        "--model", help="the alias the server must serve: models:/<name>@<alias> (default: promote.* in params.yaml)"
+    )
+    lineage.add_argument("--root", default=".", help=ROOT_HELP)
+    lineage.set_defaults(func=_lineage)
+    replaying = commands.add_parser(
+        "replay",
+        help="re-execute a stretch of a run from a kept checkpoint; compare with its record (exit 0, 3 or 1)",
+        description="Verify the run, load its replay anchor (a kept checkpoint) at --from-step, re-execute --steps "
+        "steps with the run's hyperparameters and tokens, and compare each step's loss and grad_norm with the run's "
+        "step log and the model+optimizer state at the end with the anchor there (docs/training.md).",
+        epilog="exit status: 0 bit-identical; 3 diverged within the tolerance (another machine kind or thread "
+        "count); 1 diverged beyond it; 2 bad input (no run, anchor or such stretch; a run that does not verify)",
+    )
+    _run_arguments(replaying)
+    replaying.add_argument("--from-step", type=_positive_int, help="the anchor to start from (default: the first)")
+    replaying.add_argument(
+        "--steps", type=_positive_int, help="how many steps (default: to the next anchor, or the end of the log)"
+    )
+    replaying.add_argument("--threads", type=_positive_int, help="torch threads (default: the run's train.threads)")
+    replaying.add_argument(
+        "--tolerance", type=_positive_float, help="the relative difference still 'within' (default: 1e-3, see docs)"
+    )
+    replaying.set_defaults(func=_replay)
     docs = commands.add_parser("docs", help="the experiments behind docs/*.md").add_subparsers(
         dest="docs_command", required=True
     )

@@ -14,7 +14,10 @@ PIPELINE_OUTPUTS = (records.DVC_LOCK, records.METRICS, records.REPORTS_DIR)
 def git_state() -> dict:
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], capture_output=True, text=True, check=True, timeout=10)
+            # --no-optional-locks: a status refreshes git's index under index.lock; a process killed meanwhile
+            # (a killed `dvc repro`) would leave that lock and break every later git command in the checkout.
+            command = ["git", "--no-optional-locks", *args]
+            done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=10)
             return done.stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return None

@@ -31,6 +31,10 @@ CORPUS_DIR = "data/corpus"
 DATACARD_MD = "data/datacard.md"
 DATACARD_JSON = "data/datacard.json"
 CHECKPOINTS_DIR = "checkpoints"
+# The run's replay anchors (a train output, DVC-tracked): its last two checkpoints and their index, manifest
+# subjects of this role, so `dvc push`/`dvc pull` move them with the model and `solomon replay` finds them.
+ANCHORS_DIR = "anchors"
+ANCHOR_ROLE = "replay-anchor"
 METRICS = "metrics.json"  # held-out metrics of the evaluate stage
 STEP_LOG = f"{REPORTS_DIR}/train_log.tsv"
 EVAL_LOG = f"{REPORTS_DIR}/train_evals.jsonl"
@@ -129,8 +133,18 @@ STEP_HEADER = "\t".join(STEP_COLUMNS) + "\n"
 EVAL_FIELDS = ("step", "val_loss", "val_perplexity", "val_bits_per_byte", "best", "samples")
 
 
+FLOAT_FORMAT = ".9g"  # 9 significant digits: a float32 (loss, gradient norm) written and read back exactly
+
+
 def step_line(row: dict) -> str:
-    return "\t".join(f"{row[c]:.9g}" if isinstance(row[c], float) else str(row[c]) for c in STEP_COLUMNS) + "\n"
+    return (
+        "\t".join(f"{row[c]:{FLOAT_FORMAT}}" if isinstance(row[c], float) else str(row[c]) for c in STEP_COLUMNS) + "\n"
+    )
+
+
+def as_logged(value: float) -> float:
+    """A step-log value as ``read_steps`` gives it back: two values log alike exactly when these are equal."""
+    return float(f"{value:{FLOAT_FORMAT}}")
 
 
 def eval_line(record: dict) -> str:

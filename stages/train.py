@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from solomon.errors import run_main
+from solomon.machine import describe
 from solomon.params import load_params
 from solomon.train.distributed import ProcessGroup
 from solomon.train.hooks import Hooks
@@ -39,6 +40,7 @@ def main() -> None:
     for name in ("tokens_dir", "tokenizer", "model_dir", "checkpoints", "steps_log", "evals_log", "metrics"):
         parser.add_argument(name, type=Path)
     parser.add_argument("--fresh", action="store_true", help="delete existing checkpoints and start at step 0")
+    parser.add_argument("--anchors", type=Path, help="where to keep the last two checkpoints for `solomon replay`")
     args = parser.parse_args()
     paths = TrainPaths(**{k: v for k, v in vars(args).items() if k != "fresh"})
     params = load_params()
@@ -51,7 +53,7 @@ def main() -> None:
 
         tracker = LiveTracker(params)
     try:
-        metrics = train(params, paths, args.fresh, tracker, group, Hooks.from_environment(os.environ))
+        metrics = train(params, paths, args.fresh, tracker, group, Hooks.from_environment(os.environ), describe())
     finally:
         group.close()
     if group.is_main:

@@ -66,3 +66,40 @@ def test_report_renders_offline_with_no_console_messages_and_its_charts_drawn(bu
     assert console == []
     assert pixels_near(image, TRAIN_BLUE) > 2000  # four curves
     assert pixels_near(image, VALIDATION_ORANGE) > 20  # the validation points of the loss chart
+
+
+DVC_PURPLE = (148, 93, 214)  # the colour DVC gives the workspace revision (#945dd6)
+NO_NETWORK = ["--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]  # every request fails, even here
+
+
+def plots_page(repo: Path, out: Path, template: str | None) -> Path:
+    from conftest import dvc
+
+    args = ["plots", "show", "-o", str(out)] + (["--html-template", template] if template else [])
+    dvc(repo, *args)
+    return out / "index.html"
+
+
+def test_dvc_plots_render_with_the_network_closed(repo_copy: Path, tmp_path: Path) -> None:
+    """`dvc plots show` with the offline template draws its curves with every request refused; DVC's own page, the
+    control, draws nothing there (it loads Vega from a CDN)."""
+    from conftest import ROOT
+
+    template = ROOT / ".dvc/offline-plots.html"
+    if not template.is_file():
+        fetched = subprocess.run([str(ROOT / ".ci/fetch-vega"), str(tmp_path / "offline.html")], capture_output=True)
+        if fetched.returncode != 0:
+            pytest.skip(f"no offline template and none could be fetched: {fetched.stderr.decode().strip()}")
+        template = tmp_path / "offline.html"
+    offline = plots_page(repo_copy, tmp_path / "offline", str(template))
+    assert "cdn.jsdelivr.net" not in offline.read_text()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    FLAGS.extend(NO_NETWORK)
+    try:
+        console, image = screenshot(offline, tmp_path / "a")
+        _, control = screenshot(plots_page(repo_copy, tmp_path / "cdn", None), tmp_path / "b")
+    finally:
+        del FLAGS[-len(NO_NETWORK) :]
+    assert pixels_near(image, DVC_PURPLE) > 1000, console  # loss, learning rate, gradient norm, reliability
+    assert pixels_near(control, DVC_PURPLE) == 0

@@ -1,4 +1,4 @@
-"""The Helm charts (the MLflow server, the multi-node training Job): `helm lint --strict` and `helm template`,
+"""The Helm charts (the MLflow server, the multi-node training Job, serving): `helm lint --strict` and `helm template`,
 and every rendered pod against Pod Security "restricted", when helm is on PATH or in the virtualenv (`make helm`)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from conftest import ROOT
 
 CHART = ROOT / "k8s/helm"
 TRAIN_CHART = ROOT / "k8s/train"
+SERVE_CHART = ROOT / "k8s/serve"
 HELM = shutil.which("helm") or shutil.which("helm", path=str(Path(sys.executable).parent))
 pytestmark = [
     pytest.mark.slow,
@@ -22,12 +23,13 @@ pytestmark = [
     ),
 ]
 DIGEST = "sha256:" + "0123456789abcdef" * 4
-# Both charts as they are meant to be installed: the training chart needs its image named.
+# The charts as they are meant to be installed: the training chart needs its image named, serving its digest.
 RENDERINGS = {
     "mlflow": (CHART, []),
     "mlflow, pinned": (CHART, ["--set", f"image.digest={DIGEST}"]),
     "train": (TRAIN_CHART, ["--set", "image.tag=test", "--set", "nodes=3"]),
     "train, pinned": (TRAIN_CHART, ["--set", f"image.digest={DIGEST}"]),
+    "serve, pinned": (SERVE_CHART, ["--set", f"image.digest={DIGEST}"]),
 }
 
 
@@ -91,6 +93,32 @@ def test_training_chart_refuses_an_unpinned_image() -> None:
     assert done.returncode != 0 and "image.digest (or at least image.tag) is required" in done.stderr
 
 
+def test_serving_chart_lints_and_renders_a_pinned_deployment_ready_on_readyz() -> None:
+    done = helm("lint", "--strict", str(SERVE_CHART), "--set", f"image.digest={DIGEST}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = helm("template", "prod", str(SERVE_CHART), "--set", f"image.digest={DIGEST}", "--set", "image.tag=v1")
+    assert done.returncode == 0, done.stderr
+    docs = {d["kind"]: d for d in yaml.safe_load_all(done.stdout) if d}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    server = pod["containers"][0]
+    assert server["image"] == f"registry.example.com/solomon:v1@{DIGEST}"
+    assert server["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert server["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert server["resources"]["limits"] and server["securityContext"]["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e["value"] for e in server["env"]}
+    assert env["SOLOMON_IMAGE_DIGEST"] == DIGEST  # /v1/provenance reports the image the pod runs
+    assert "--host=0.0.0.0" in server["args"] and "--port=8000" in server["args"]
+    assert pod["terminationGracePeriodSeconds"] > 60  # longer than a request may take: SIGTERM drains
+    service = docs["Service"]["spec"]
+    assert service["selector"] == docs["Deployment"]["spec"]["selector"]["matchLabels"]
+    assert service["ports"][0]["targetPort"] == "http"
+
+
+def test_serving_chart_refuses_an_image_without_a_digest() -> None:
+    done = helm("template", "prod", str(SERVE_CHART), "--set", "image.tag=v1")
+    assert done.returncode != 0 and "image.digest is required" in done.stderr
+
+
 def pod_specs(rendered: str) -> list[tuple[str, dict]]:
     """(kind/name, pod spec) of every workload in a rendering: Pod, and the pod template of every controller."""
     found = []
@@ -145,7 +173,7 @@ def restricted_violations(where: str, pod: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("rendering", RENDERINGS)
-def test_every_pod_of_both_charts_meets_pod_security_restricted(rendering: str) -> None:
+def test_every_pod_of_every_chart_meets_pod_security_restricted(rendering: str) -> None:
     chart, values = RENDERINGS[rendering]
     done = helm("template", "solomon", str(chart), *values)
     assert done.returncode == 0, done.stderr
@@ -165,7 +193,7 @@ def test_the_checker_sees_a_container_that_does_not_meet_restricted() -> None:
     assert any("allowPrivilegeEscalation" in p for p in problems) and any("drop ALL" in p for p in problems)
 
 
-@pytest.mark.parametrize("chart", [CHART, TRAIN_CHART])
+@pytest.mark.parametrize("chart", [CHART, TRAIN_CHART, SERVE_CHART])
 def test_a_digest_that_is_not_a_sha256_is_refused(chart: Path) -> None:
     done = helm("template", "solomon", str(chart), "--set", "image.tag=x", "--set", "image.digest=latest")
     assert done.returncode != 0 and "image.digest must be sha256:" in done.stderr

@@ -1,6 +1,5 @@
-"""The Dockerfile: hadolint-clean, and what the image runs — its verify step and its entrypoint — run here
-outside Docker (no engine on these machines) on the image's file layout, rebuilt from the Dockerfile's COPY
-lines."""
+"""The Dockerfile: hadolint-clean, and what the image runs — its verify step and its entrypoint, `solomon serve` —
+run here outside a container on the image's file layout, rebuilt from the Dockerfile's COPY lines."""
 
 from __future__ import annotations
 
@@ -9,11 +8,13 @@ import json
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from conftest import ROOT, flip_last_byte, latest_run_dir
+from serve_helpers import free_port, request, wait
 
 from solomon.tools.scratch import pipeline_env
 
@@ -41,7 +42,8 @@ def test_base_pinned_hashes_required_non_root_and_labelled() -> None:
     assert re.fullmatch(r"\d+", dict(steps)["USER"])  # numeric: no name lookup in the host's passwd
     labels = " ".join(args for kind, args in steps if kind == "LABEL")
     assert 'dev.solomon.manifest-sha256="${MANIFEST_SHA256}"' in labels and 'dev.solomon.run-id="${RUN_ID}"' in labels
-    assert json.loads(dict(steps)["ENTRYPOINT"])[:2] == ["solomon", "generate"]
+    assert json.loads(dict(steps)["ENTRYPOINT"])[:2] == ["solomon", "serve"]
+    assert dict(steps)["EXPOSE"] == "8000" and "/readyz" in dict(steps)["HEALTHCHECK"]
 
 
 def image_layout(repo: Path, app: Path, run_id: str) -> None:
@@ -80,9 +82,17 @@ def test_what_the_image_runs_works_on_its_layout(built_repo: Path, tmp_path: Pat
 
     entrypoint = json.loads(dict(instructions())["ENTRYPOINT"])
     entrypoint = [str(BIN / entrypoint[0]), *[str(app) if a == "/app" else a for a in entrypoint[1:]]]
-    env = env | {"SOLOMON_RUN": str(app / f"reports/training/{run_id}")}
-    done = subprocess.run(entrypoint + json.loads(dict(instructions())["CMD"]), env=env, capture_output=True, text=True)
-    assert done.returncode == 0 and done.stdout.startswith("In the beginning"), done.stderr
+    port = free_port()
+    cmd = [
+        a.replace("0.0.0.0", "127.0.0.1").replace("8000", str(port)) for a in json.loads(dict(instructions())["CMD"])
+    ]
+    env = env | {"SOLOMON_RUN": str(app / f"reports/training/{run_id}"), "SOLOMON_EXPECT_DIGEST": digest}
+    server = subprocess.Popen(entrypoint + cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait(port, server)
+    status, answer, _ = request(port, "POST", "/v1/completions", {"prompt": "In the beginning", "seed": 0})
+    assert status == 200 and answer["system_fingerprint"] == digest
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=60) == 0
     flip_last_byte(app / "models/model.safetensors")
-    done = subprocess.run([*entrypoint, "--prompt", "x"], env=env, capture_output=True, text=True)
+    done = subprocess.run(entrypoint + cmd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "refusing to load" in done.stderr

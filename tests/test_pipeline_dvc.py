@@ -92,13 +92,15 @@ def test_second_repro_runs_nothing(repo_copy: Path) -> None:
     assert "up to date" in dvc(repo_copy, "status").stdout
 
 
-def test_eval_param_change_reruns_only_evaluate_and_report(repo_copy: Path) -> None:
+def test_eval_param_change_reruns_only_check_evaluate_and_report(repo_copy: Path) -> None:
+    """`check` validates every param, so any param change reruns it; its output is unchanged, so nothing upstream of
+    evaluate reruns after it."""
     before = run_dirs(repo_copy)
     old_run = repo_copy / "reports/training" / before[0]
     old_bytes = {p.name: p.read_bytes() for p in old_run.iterdir()}
     write_params(repo_copy, {"eval": {"max_tokens": 2048, "calibration_bins": 10}})
     done = dvc(repo_copy, "repro")
-    assert ran_stages(done.stdout) == {"evaluate", "report"}, done.stdout
+    assert ran_stages(done.stdout) == {"check", "evaluate", "report"}, done.stdout
     # Same training run, so the same run directory, rebuilt with the new evaluation; its training record is
     # unchanged byte for byte.
     assert run_dirs(repo_copy) == before

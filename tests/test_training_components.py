@@ -342,3 +342,61 @@ def test_batch_recording_writes_only_when_asked(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "rank1.jsonl").read_text().splitlines()]
     assert [r["micro_batch"] for r in rows] == [2, 3]  # rank 1 holds the second half of the global batch
     assert [o for r in rows for o in r["offsets"]] == order.offsets(4)[4:].tolist()
+
+
+def test_the_state_digest_is_of_the_model_and_optimizer_tensors_not_the_file(tmp_path: Path) -> None:
+    """Two checkpoints whose model and optimiser are equal but whose logs differ (wall-clock speeds) have equal state
+    digests and different files; the anchors are the last two, copied with their index."""
+    from solomon.train.checkpoint import state_digest
+
+    manager = Checkpointer(tmp_path / "ckpt", keep=3)
+    for step, speed in ((10, 1.0), (20, 2.0), (30, 3.0)):
+        parts = {"model": Weights(1.0), "optimizer": Weights(2.0), "log": Weights(speed)}
+        manager.save(step, parts, {"fingerprint": {}})
+    entries = json.loads(manager.index_path.read_text())["checkpoints"]
+    assert len({e["state_sha256"] for e in entries}) == 1 and len({e["sha256"] for e in entries}) == 3
+    live = {"model": Weights(1.0).state_dict(), "optimizer": Weights(2.0).state_dict()}
+    assert state_digest(live) == entries[0]["state_sha256"]
+    assert state_digest({**live, "model": Weights(1.0 + 1e-7).state_dict()}) != state_digest(live)
+    anchors = manager.write_anchors(tmp_path / "anchors", 2, {"run_id": "r"})
+    assert [a["step"] for a in anchors] == [20, 30]
+    assert sorted(p.name for p in (tmp_path / "anchors").iterdir()) == [
+        "index.json",
+        "step-00000020.pt",
+        "step-00000030.pt",
+    ]
+    assert json.loads((tmp_path / "anchors/index.json").read_text())["anchors"] == anchors
+
+
+def test_the_machine_kind_names_what_selects_the_kernels() -> None:
+    from solomon.machine import describe, kind
+
+    here = describe()
+    assert here["kind"] == kind(here) and here["torch_capability"] == torch.backends.cpu.get_cpu_capability()
+    amx = {"arch": "x86_64", "isa": ["amx_bf16", "amx_tile", "avx512_bf16"], "torch_capability": "AVX512"}
+    epyc = {"arch": "x86_64", "isa": ["avx512_bf16", "avx512f"], "torch_capability": "AVX512", "onednn": "3.12.0"}
+    assert kind(amx) == "x86_64 amx_bf16, torch AVX512"
+    assert kind(epyc) == "x86_64 avx512_bf16 (no AMX), torch AVX512, oneDNN 3.12.0"
+
+
+def test_a_resume_on_another_machine_kind_is_warned_and_recorded(tiny_run, capsys) -> None:
+    """The kind is not in the fingerprint: the resume goes on (a pod rescheduled on another node), says which steps
+    are no longer bit-identical to an uninterrupted run, and train_metrics.json records which kind trained which."""
+    from solomon.machine import describe
+
+    here = describe()
+    other = {**here, "torch_capability": "DEFAULT", "kind": "x86_64 no AVX2 (no AMX), torch DEFAULT"}
+    params, paths = tiny_run({"train": {"max_steps": 20}})
+    assert train(params, paths, machine=here)["machine_kinds"] == [{"kind": here["kind"], "steps": [1, 20]}]
+    params, paths = tiny_run({"train": {"max_steps": 30}})
+    metrics = train(params, paths, machine=other)
+    warning = (
+        f"resuming on another machine kind ({other['kind']}): steps ≥ 21 will not be bit-identical to an "
+        f"uninterrupted run on {here['kind']}"
+    )
+    assert warning in capsys.readouterr().err
+    assert metrics["resumed_from_step"] == 20
+    assert metrics["machine_kinds"] == [
+        {"kind": here["kind"], "steps": [1, 20]},
+        {"kind": other["kind"], "steps": [21, 30]},
+    ]

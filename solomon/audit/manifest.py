@@ -1,9 +1,10 @@
 """The run's SHA256 manifest: an in-toto Statement v1 over every artifact of the run.
 
-Subjects are the weights, the tokenizer, the raw corpus, the prepared and encoded splits (found in the
-workspace, or in the DVC cache once the workspace has moved on) and the files of the run directory itself. The
-predicate says how they were made: git commit, dvc.lock and its stage entries, requirements.lock, versions,
-CPU, threads, seeds, the MLflow run, times. ``manifest.json`` is canonical JSON (sorted keys, two-space
+Subjects are the weights, the tokenizer, the raw corpus, the prepared and encoded splits, the replay anchors
+(found in the workspace, or in the DVC cache once the workspace has moved on) and the files of the run directory
+itself. The predicate says how they were made: git commit, dvc.lock and its stage entries, requirements.lock,
+versions, the machine (CPU, its kind: what selects the kernels, ``solomon.machine``), threads, seeds, the MLflow
+run, times. ``manifest.json`` is canonical JSON (sorted keys, two-space
 indent, UTF-8, one trailing newline), so its SHA256 — the run's identity — is a function of its content alone.
 
 ``index.html`` and ``README.md`` show that digest, so they are views outside the manifest; everything they
@@ -29,6 +30,7 @@ import solomon
 from solomon import records
 from solomon.atomic import canonical_json
 from solomon.hashing import sha256_file
+from solomon.machine import cpu_model, describe
 from solomon.records import RUN_FILE_ROLES, RunFiles
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -64,16 +66,6 @@ def digest_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def dvc_stages(lock_path: Path, exclude: tuple[str, ...] = ("report",)) -> dict:
     """dvc.lock's stage entries (commands, deps, params, outs with their MD5s) as they stood for this run. The
     report stage's own entry is excluded: it is being written by this very run."""
@@ -96,6 +88,12 @@ def workspace_subjects(root: Path, corpus_files: list[tuple[str, Path]]) -> list
             Subject(f"{folder}/{path.name}", role, WORKSPACE, path) for path in sorted((root / folder).iterdir())
         ]
     subjects += [Subject(name, "raw-corpus", CORPUS, path) for name, path in corpus_files]
+    anchors = root / records.ANCHORS_DIR  # none for a run trained before anchors were kept
+    if anchors.is_dir():
+        subjects += [
+            Subject(f"{records.ANCHORS_DIR}/{path.name}", records.ANCHOR_ROLE, WORKSPACE, path)
+            for path in sorted(anchors.iterdir())
+        ]
     return subjects
 
 
@@ -124,6 +122,7 @@ def environment(train_threads: int, eval_threads: int) -> dict:
         "torch": str(torch.__version__),
         "platform": platform.platform(),
         "cpu": cpu_model(),
+        "machine": describe(),  # the report's process; train_metrics.json has the kinds that trained each step
         "cpu_count": os.cpu_count(),
         "threads": {"train": train_threads, "eval": eval_threads},
         "byteorder": sys.byteorder,

@@ -3,7 +3,8 @@ uninterrupted run.
 
 In a scratch copy of the pipeline (tiny config), one uninterrupted ``dvc repro`` is the reference. Each trial
 then starts the training run over (``checkpoints/`` and ``models/`` removed), kills the whole ``dvc repro``
-process group with SIGKILL 1–3 times at random moments, runs ``dvc repro`` to the end, and compares the model,
+process group with SIGKILL 1–3 times at random moments, repairs ``dvc.lock`` if a kill hit DVC's own write of
+it (``solomon.tools.dvc_lock``, as ``make run`` does), runs ``dvc repro`` to the end, and compares the model,
 the step log (all columns but the wall-clock ``tokens_per_s``), the evaluation log and the held-out metrics
 with the reference. The moments are drawn from a seeded generator, so a failing trial can be replayed.
 """
@@ -21,9 +22,10 @@ import time
 from pathlib import Path
 
 from solomon import records
-from solomon.errors import SolomonError, last_line
+from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.records import DETERMINISTIC_COLUMNS
+from solomon.tools.dvc_lock import repair_lock
 from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, pipeline_env
 
 MAX_KILLS = 3
@@ -48,7 +50,8 @@ def _repro(repo: Path) -> float:
     started = time.perf_counter()
     done = subprocess.run([_dvc(), "repro"], cwd=repo, env=pipeline_env(), capture_output=True, text=True)
     if done.returncode != 0:
-        raise SolomonError(f"chaos: dvc repro failed in {repo}: {last_line(done.stdout + done.stderr)}")
+        tail = " | ".join(line for line in (done.stdout + done.stderr).splitlines()[-12:] if line.strip())
+        raise SolomonError(f"chaos: dvc repro failed in {repo}: {tail}")
     return time.perf_counter() - started
 
 
@@ -93,11 +96,16 @@ def chaos(source: Path, trials: int, seed: int, report=print) -> dict:
             _start_over(repo)
             moments = [round(rng.uniform(0.5, uninterrupted_s), 2) for _ in range(rng.randint(1, MAX_KILLS))]
             kills = [moment for moment in moments if _killed_repro(repo, moment)]
+            repaired = repair_lock(repo)  # `make run` does the same before `dvc repro`
             _repro(repo)
             found = outcome(repo)
             differs = sorted(key for key in reference if found[key] != reference[key])
-            results.append({"trial": trial, "kills_after_s": kills, "identical": not differs, "differs": differs})
+            results.append(
+                {"trial": trial, "kills_after_s": kills, "identical": not differs, "differs": differs,
+                 "lock_repaired": repaired is not None}
+            )  # fmt: skip
             verdict = "bit-identical" if not differs else f"DIFFERS in {', '.join(differs)}"
+            verdict += " (dvc.lock repaired first: a kill hit DVC's own write of it)" if repaired else ""
             report(f"trial {trial}/{trials}: {len(kills)} kill(s) at {kills} s → {verdict}")
     identical = sum(r["identical"] for r in results)
     return {

@@ -3,6 +3,8 @@ it, by content), and an alias (``champion``, ``production``) names the version i
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from solomon.tracking import store  # first: it sets MLflow's HTTP defaults before mlflow is imported
@@ -11,7 +13,7 @@ from solomon.tracking import store  # first: it sets MLflow's HTTP defaults befo
 from mlflow.exceptions import MlflowException
 
 from solomon.errors import SolomonError
-from solomon.records import WEIGHTS_FILE
+from solomon.records import PARAMS_FILE, WEIGHTS_FILE
 
 
 def logged_run(run_id: str, root: Path = Path(".")) -> str:
@@ -70,3 +72,63 @@ def set_alias(name: str, alias: str, version: str, root: Path = Path(".")) -> No
 
 def alias_version(name: str, alias: str, root: Path = Path(".")) -> str:
     return str(store.connect(root).get_model_version_by_alias(name, alias).version)
+
+
+MANIFEST_TAG = "manifest.sha256"  # set by `solomon promote`: the digest recorded outside the run directory
+REFERENCE = re.compile(r"^models:/(?P<name>[^/@]+)@(?P<alias>[^/@]+)$")
+
+
+@dataclass(frozen=True)
+class AliasedVersion:
+    """What ``models:/<name>@<alias>`` names now: the version, its manifest digest and run, and the run
+    directory in the workspace."""
+
+    name: str
+    alias: str
+    version: str
+    manifest_sha256: str
+    run_id: str
+    run_dir: Path
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "version": self.version, "alias": self.alias}
+
+
+def parse_reference(reference: str) -> tuple[str, str]:
+    """(name, alias) of ``models:/<name>@<alias>``."""
+    match = REFERENCE.match(reference)
+    if match is None:
+        raise SolomonError(f"{reference!r} is not a registry reference: write models:/<name>@<alias>")
+    return match["name"], match["alias"]
+
+
+def _runs_root(root: Path) -> str:
+    """report.root of the repository's params.yaml, or the default where there is none."""
+    from solomon.params import ReportParams, load_params
+
+    params = root / PARAMS_FILE
+    return load_params(params).report.root if params.is_file() else ReportParams().root
+
+
+def resolve(reference: str, root: Path = Path(".")) -> AliasedVersion:
+    """The version ``reference`` (``models:/<name>@<alias>``) names, through its tags ``manifest.sha256`` and
+    ``solomon.run_id`` (both set by ``solomon promote``), to its run directory under the repository ``root``."""
+    name, alias = parse_reference(reference)
+    with store.redacted_errors(f"resolving {reference}", root):
+        try:
+            version = store.connect(root).get_model_version_by_alias(name, alias)
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+                raise SolomonError(
+                    f"{reference}: no such registered model or alias in {store.public_uri(root)} "
+                    "(promote a run first: `solomon promote`)"
+                ) from None
+            raise
+    digest, run_id = version.tags.get(MANIFEST_TAG), version.tags.get(store.RUN_ID_TAG)
+    if not digest or not run_id:
+        raise SolomonError(
+            f"{reference} (version {version.version}) has no {MANIFEST_TAG} or {store.RUN_ID_TAG} tag: "
+            "register it with `solomon promote`"
+        )
+    run_dir = root / _runs_root(root) / run_id
+    return AliasedVersion(name, alias, str(version.version), digest, run_id, run_dir)

@@ -9,10 +9,15 @@ names it, so a kill at any moment leaves the newest listed checkpoint whole. Loa
 unpickles with ``weights_only=True`` (tensors and plain containers only), so a tampered file can never run code;
 a file that fails either check is reported and the previous one is used. Only this module reads or writes
 checkpoint files.
+
+Each index entry also holds the SHA256 of the checkpoint's model and optimiser state (``state_digest``: the tensors'
+bytes, not the file's, whose log rows carry wall-clock speeds), and ``write_anchors`` copies the last checkpoints
+out as the run's replay anchors (``solomon replay`` re-executes the stretch between them and compares).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import secrets
@@ -26,12 +31,16 @@ from typing import Any, Protocol
 
 import torch
 
-from solomon.atomic import tidy, write_json, write_with
+from solomon.atomic import staged_dir, tidy, write_json, write_with
+from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.train.hooks import NO_HOOKS, Hooks
 
 INDEX_FILE = "index.json"
 CHECKPOINT_GLOB = "step-*.pt"
+# The components a state digest covers: what the next steps compute from (the rest is bookkeeping: logs with
+# wall-clock speeds, early-stopping scores of evaluations a replay does not run, the random state reseeded per step).
+DIGESTED = ("model", "optimizer")
 
 
 class Stateful(Protocol):
@@ -73,6 +82,46 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}.pt"
 
 
+def _feed(hasher: Any, value: Any) -> None:
+    """Hash a state canonically: mappings by sorted key, sequences in order, tensors by dtype, shape and bytes."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().contiguous().cpu()
+        hasher.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
+        hasher.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(value, Mapping):
+        hasher.update(b"{")
+        for key in sorted(value, key=repr):
+            hasher.update(repr(key).encode())
+            _feed(hasher, value[key])
+        hasher.update(b"}")
+    elif isinstance(value, list | tuple):
+        hasher.update(b"[")
+        for item in value:
+            _feed(hasher, item)
+        hasher.update(b"]")
+    else:
+        hasher.update(f"{type(value).__name__}:{value!r};".encode())
+
+
+def state_digest(state: Mapping[str, Any]) -> str:
+    """SHA256 of the ``DIGESTED`` components of a state (a checkpoint's, or live ``state_dict``s): equal exactly
+    when their tensors are bit-identical and their other values equal."""
+    hasher = hashlib.sha256()
+    _feed(hasher, {name: state[name] for name in DIGESTED if name in state})
+    return hasher.hexdigest()
+
+
+def load_file(path: Path) -> dict:
+    """A checkpoint's state, unpickled with ``weights_only=True``; SolomonError (naming why) when it is not a plain
+    tensor checkpoint."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+        raise SolomonError(
+            f"checkpoint {path} refused: not a plain tensor checkpoint ({_unpickling_reason(exc)})"
+        ) from None
+
+
 class Checkpointer:
     def __init__(self, directory: Path, keep: int, hooks: Hooks = NO_HOOKS) -> None:
         self.directory = directory
@@ -107,7 +156,9 @@ class Checkpointer:
         self.hooks.crash_point("checkpoint-index", step)
         index = self.read_index()
         entries = [e for e in index["checkpoints"] if e["step"] != step]
-        entries.append({"step": step, "file": path.name, "sha256": sha256_file(path)})
+        entries.append(
+            {"step": step, "file": path.name, "sha256": sha256_file(path), "state_sha256": state_digest(state)}
+        )
         entries.sort(key=lambda e: e["step"])
         stale, kept = entries[: -self.keep], entries[-self.keep :]
         write_json(self.index_path, {**index, "checkpoints": kept, "completed": False})
@@ -149,13 +200,22 @@ class Checkpointer:
                 )
                 continue
             try:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-            except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
-                reason = _unpickling_reason(exc)
-                _warn(f"checkpoint {path} refused: not a plain tensor checkpoint ({reason}); using the previous one")
+                state = load_file(path)
+            except SolomonError as refused:
+                _warn(f"{refused}; using the previous one")
                 continue
             return Loaded(entry["step"], path, state)
         return None
+
+    def write_anchors(self, target: Path, count: int, record: Mapping[str, Any]) -> list[dict]:
+        """Copy the newest ``count`` checkpoints to ``target`` (replaced whole, atomically) with an index naming them
+        (step, file, SHA256 of the file and of the state) beside ``record``; returns their entries."""
+        anchors = self.read_index()["checkpoints"][-count:]
+        with staged_dir(target) as tmp:
+            for entry in anchors:
+                shutil.copyfile(self.directory / entry["file"], tmp / entry["file"])
+            write_json(tmp / INDEX_FILE, {**record, "anchors": anchors})
+        return anchors
 
     def remove_partial(self) -> None:
         """Tidy what interrupted writes left: temporary files and directories (``.<name>.*.tmp``), a directory

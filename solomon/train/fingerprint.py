@@ -51,3 +51,44 @@ def first_difference(saved: dict, current: dict) -> tuple[str, object, object] |
         if saved.get(key) != current.get(key):
             return key, saved.get(key), current.get(key)
     return None
+
+
+class MachineHistory:
+    """Which machine kind (``solomon.machine``) trained which steps of a run: a checkpoint component.
+
+    The kind is not in the fingerprint: a resume on another kind (Kubernetes reschedules a pod on whichever node
+    is free) is allowed, warned about and recorded, since the run stays the same run — its params, data and code —
+    whose later steps are not bit-identical to an uninterrupted run's. Spans cover checkpointed steps only (steps
+    after the last checkpoint are trained again on resume).
+    """
+
+    def __init__(self, machine: dict) -> None:
+        self.machine = machine
+        self.spans: list[dict] = []  # {"kind", "machine", "steps": [first, last]}, oldest first
+
+    def state_dict(self) -> dict:
+        return {"spans": [dict(span) for span in self.spans]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.spans = [dict(span) for span in state["spans"]]
+
+    def ran(self, step: int) -> None:
+        """Steps up to ``step`` are trained (checkpointed) on this machine."""
+        if self.spans and self.spans[-1]["kind"] == self.machine["kind"]:
+            self.spans[-1]["steps"] = [self.spans[-1]["steps"][0], step]
+        elif not self.spans or self.spans[-1]["steps"][1] < step:
+            first = self.spans[-1]["steps"][1] + 1 if self.spans else 1
+            self.spans.append({"kind": self.machine["kind"], "machine": self.machine, "steps": [first, step]})
+
+    def other_kind(self, step: int) -> str | None:
+        """The warning for a resume at ``step`` on another kind than the one that trained the steps before it."""
+        if not self.spans or self.spans[-1]["kind"] == self.machine["kind"]:
+            return None
+        return (
+            f"train: resuming on another machine kind ({self.machine['kind']}): steps ≥ {step + 1} will not be "
+            f"bit-identical to an uninterrupted run on {self.spans[-1]['kind']} (recorded in train_metrics.json)"
+        )
+
+    def kinds(self) -> list[dict]:
+        """The spans without the machine dicts: what ``train_metrics.json`` shows."""
+        return [{"kind": span["kind"], "steps": span["steps"]} for span in self.spans]

@@ -6,7 +6,9 @@ saved in the checkpoint — weights, optimiser moments, early-stopping state —
 and resumed from its latest checkpoint ends bit-identical to an uninterrupted one. With several ranks
 (``train.nproc``, under torchrun) each rank trains on its slice of the same global batch, rank 0 alone
 evaluates and writes, and every stop decision is agreed by all ranks. The outside world reaches the loop only
-through what is passed in: a ``Tracker`` and the test ``Hooks``.
+through what is passed in: a ``Tracker``, the test ``Hooks`` and the ``machine`` (``solomon.machine``) it runs on,
+whose kind the checkpoints record step by step. At the end the last two checkpoints become the run's replay anchors
+(``solomon replay`` re-executes the stretch between them).
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from tqdm import tqdm
 from solomon.atomic import staged_dir, write_json
 from solomon.data.tokenizer import load_tokenizer, open_tokens, read_meta, token_byte_lengths
 from solomon.errors import SolomonError
+from solomon.machine import describe
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params
 from solomon.records import read_steps
@@ -37,7 +40,7 @@ from solomon.train.checkpoint import Checkpointer, Stateful, TorchRandomState
 from solomon.train.data_order import DataOrder
 from solomon.train.distributed import ProcessGroup
 from solomon.train.early_stopping import EarlyStopping
-from solomon.train.fingerprint import fingerprint
+from solomon.train.fingerprint import MachineHistory, fingerprint
 from solomon.train.hooks import NO_HOOKS, Hooks
 from solomon.train.periodic_eval import PeriodicEvaluation
 from solomon.train.resume import resume_point
@@ -48,6 +51,9 @@ from solomon.train.step import autocast_for, train_step
 from solomon.train.tracker import NoTracking, Tracker
 
 BEST_DIR = "best"  # inside the checkpoints directory: the best evaluated model so far
+# Replay anchors: the last two checkpoints, the start and the end of the run's final stretch (train.ckpt_interval
+# steps): 2 x 166 MB at the default size, where every checkpoint would be 20 x.
+ANCHORS = 2
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class TrainPaths:
     steps_log: Path
     evals_log: Path
     metrics: Path
+    anchors: Path | None = None  # where the replay anchors go at the end (None: none kept)
 
 
 class Timers:
@@ -87,6 +94,7 @@ class Components:
     early_stopping: EarlyStopping
     rng: TorchRandomState
     log: RunLog
+    machines: MachineHistory
 
     def by_name(self) -> dict[str, Stateful]:
         return {field.name: getattr(self, field.name) for field in fields(self)}
@@ -99,7 +107,13 @@ def build_model(params: Params, vocab_size: int) -> GPT:
 
 
 def build_components(
-    params: Params, paths: TrainPaths, n_tokens: int, vocab_size: int, world_size: int, hooks: Hooks = NO_HOOKS
+    params: Params,
+    paths: TrainPaths,
+    n_tokens: int,
+    vocab_size: int,
+    world_size: int,
+    machine: dict,
+    hooks: Hooks = NO_HOOKS,
 ) -> Components:
     """A fresh run's components, each seeded from its own stream; a resume then loads their checkpointed state."""
     cfg = params.train
@@ -116,9 +130,29 @@ def build_components(
         early_stopping=EarlyStopping(cfg.early_stopping),
         rng=TorchRandomState(),
         log=RunLog(paths.steps_log, paths.evals_log, hooks),
+        machines=MachineHistory(machine),
     )
     torch.manual_seed(stream_seed(cfg.seed, "dropout"))  # each micro-batch reseeds it; this is the checkpointed state
     return components
+
+
+def run_step(
+    parts: Components, params: Params, tokens: np.ndarray, step: int, rank: int, step_model: torch.nn.Module,
+    autocast: Callable[[], AbstractContextManager],
+) -> tuple[float, float, float]:  # fmt: skip
+    """Optimiser step ``step`` (0-based) of this rank: its batch, dropout seeds and learning rate are functions of
+    (seed, step), everything else is in ``parts``. Returns (this rank's loss, gradient norm, lr). Shared with
+    ``solomon replay``, so a replay runs exactly the loop's step."""
+    cfg, data_order = params.train, parts.data_order
+    micro_batches = [data_order.batch(tokens, step, m, rank) for m in range(cfg.accum_steps)]
+
+    def seed_dropout(m: int) -> None:
+        torch.manual_seed(dropout_seed(cfg.seed, step, data_order.global_micro_batch(m, rank)))
+
+    lr = parts.schedule.lr(step)
+    loss, grad_norm = train_step(parts.model, step_model, parts.optimizer, micro_batches, lr, cfg.label_smoothing,
+                                 cfg.clip, autocast, seed_dropout)  # fmt: skip
+    return loss, grad_norm, lr
 
 
 def train(
@@ -128,9 +162,11 @@ def train(
     tracker: Tracker | None = None,
     group: ProcessGroup | None = None,
     hooks: Hooks = NO_HOOKS,
+    machine: dict | None = None,
 ) -> dict:
     """Train, or resume, to ``train.max_steps``. With several ranks every rank runs this function; only rank 0
-    (``group.is_main``) evaluates and writes anything, and the others return an empty dict."""
+    (``group.is_main``) evaluates and writes anything, and the others return an empty dict. ``machine``: this
+    process's machine as ``solomon.machine.describe`` gives it (tests pass another kind)."""
     cfg = params.train
     group = group or ProcessGroup()
     tracker = tracker if tracker is not None and group.is_main else NoTracking()
@@ -138,10 +174,9 @@ def train(
     tokens = open_tokens(paths.tokens_dir, "train")
     tokenizer = load_tokenizer(paths.tokenizer)
     meta = read_meta(paths.tokens_dir)
-    parts = build_components(params, paths, len(tokens), meta["vocab_size"], group.world_size, hooks)
-    model, optimizer, data_order, stopper, run_log = (
-        parts.model, parts.optimizer, parts.data_order, parts.early_stopping, parts.log
-    )  # fmt: skip
+    machine = machine or describe()
+    parts = build_components(params, paths, len(tokens), meta["vocab_size"], group.world_size, machine, hooks)
+    model, data_order, stopper, run_log = parts.model, parts.data_order, parts.early_stopping, parts.log
     # DDP averages gradients over the ranks, in buckets during the last backward of a step.
     step_model = torch.nn.parallel.DistributedDataParallel(model) if group.distributed else model
     step_model = torch.compile(step_model) if cfg.compile else step_model
@@ -156,6 +191,8 @@ def train(
     if loaded is not None:
         checkpointer.restore(loaded, parts.by_name())
     start = done = loaded.step if loaded is not None else 0
+    if group.is_main and (other_kind := parts.machines.other_kind(start)):
+        print(other_kind, file=sys.stderr)
     group.require_same("step to resume from", start)
     if group.is_main:
         checkpointer.mark_completed(False)
@@ -177,15 +214,8 @@ def train(
                             disable=not group.is_main)  # fmt: skip
             for step in progress:
                 step_started = time.perf_counter()
-                micro_batches = [data_order.batch(tokens, step, m, group.rank) for m in range(cfg.accum_steps)]
                 hooks.record_step(step, group.rank, data_order)
-
-                def seed_dropout(m: int, step: int = step) -> None:
-                    torch.manual_seed(dropout_seed(cfg.seed, step, data_order.global_micro_batch(m, group.rank)))
-
-                lr = parts.schedule.lr(step)
-                loss, grad_norm = train_step(model, step_model, optimizer, micro_batches, lr, cfg.label_smoothing,
-                                             cfg.clip, autocast, seed_dropout)  # fmt: skip
+                loss, grad_norm, lr = run_step(parts, params, tokens, step, group.rank, step_model, autocast)
                 loss = group.mean(loss)
                 if not math.isfinite(loss):
                     raise SolomonError(f"loss became {loss} at step {step + 1}: lower lr.peak or raise lr.warmup")
@@ -212,6 +242,7 @@ def train(
                 if done % cfg.ckpt_interval == 0 or done == cfg.max_steps or stop_early or signalled:
                     with timers("checkpoints"):
                         if group.is_main:
+                            parts.machines.ran(done)
                             checkpointer.save(done, parts.by_name(), metadata)
                         group.any(False)  # nobody leaves before the checkpoint is on disk
                 hooks.crash_point("after-step", done, group.rank)
@@ -234,7 +265,7 @@ def train(
             return {}
         with timers("tracking"):
             tracker.finish("FINISHED")  # the last sends: part of this run's time
-        metrics = _finish(params, paths, checkpointer, stopper, model, run_id, start, done, timers, started, hooks)
+        metrics = _finish(params, paths, checkpointer, parts, run_id, start, done, timers, started, hooks)
         status = "FINISHED"
     finally:
         tracker.finish("KILLED" if exit_code is not None else status)
@@ -262,8 +293,7 @@ def _finish(
     params: Params,
     paths: TrainPaths,
     checkpointer: Checkpointer,
-    stopper: EarlyStopping,
-    model: GPT,
+    parts: Components,
     run_id: str,
     start: int,
     done: int,
@@ -271,14 +301,18 @@ def _finish(
     started: float,
     hooks: Hooks,
 ) -> dict:
-    """Write the best evaluated model to ``model_dir``, mark the run completed, and write its metrics."""
-    cfg = params.train
+    """Write the best evaluated model to ``model_dir`` and the replay anchors, mark the run completed, and write its
+    metrics."""
+    cfg, stopper, model = params.train, parts.early_stopping, parts.model
     elapsed = time.perf_counter() - started
     best_dir = paths.checkpoints / BEST_DIR
     if not best_dir.is_dir():
         raise SolomonError(f"no evaluated model in {best_dir}: run again with `--fresh`")
     with staged_dir(paths.model_dir, hooks.write_points("model", done)) as tmp:
         shutil.copytree(best_dir, tmp, dirs_exist_ok=True)
+    if paths.anchors is not None:
+        record = {"run_id": run_id, "steps": done, "machine_kinds": parts.machines.spans}
+        checkpointer.write_anchors(paths.anchors, ANCHORS, record)
     hooks.crash_point("run-completed", done)
     checkpointer.mark_completed(True)
     tokens_per_step = cfg.batch_size * params.model.block_size
@@ -300,6 +334,7 @@ def _finish(
         "compile": cfg.compile,
         "threads": cfg.threads,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "machine_kinds": parts.machines.kinds(),  # which machine kind trained which steps
         "run_id": run_id,
     }
     write_json(paths.metrics, metrics, hooks.write_points("metrics", done))

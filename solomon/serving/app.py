@@ -1,0 +1,162 @@
+"""The HTTP API of ``solomon serve`` (FastAPI): health, readiness, provenance and OpenAI-style completions.
+
+The model is verified and loaded on a thread of its own after the server is listening, so ``/healthz`` answers
+at once and ``/readyz`` says 503 until verification and loading are done (a failure stops the server: see
+``solomon.serving.server``). Generation is serial on one worker thread (one CPU model, its threads fixed);
+requests wait in a bounded queue and are refused with 429 and ``Retry-After`` beyond it, and a request still
+unfinished at its deadline gets 503. Every refusal is a JSON error shaped like OpenAI's, naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from solomon.errors import first_line
+from solomon.serving.completions import Limits, RequestError, TimedOut, complete, parse, prepare, response
+from solomon.serving.loader import Served
+
+
+@dataclass
+class State:
+    """What the server knows of its model: None until loaded; ``error`` when loading failed."""
+
+    served: Served | None = None
+    error: str | None = None
+    image_digest: str | None = None
+    pending: int = 0  # requests queued or being generated (touched on the event loop only)
+    mean_s: float = 1.0  # a running mean of generation time, for Retry-After
+
+
+def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+async def read_json(request: Request, limit: int) -> object:
+    """The body as JSON: at most ``limit`` bytes, UTF-8, valid JSON; RequestError otherwise."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(None, f"request body of {declared} bytes is above this server's {limit}", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(None, f"request body is above this server's {limit} bytes", 413)
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RequestError(None, f"request body is not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise RequestError(None, f"request body is not valid JSON: {first_line(exc)}") from None
+
+
+def create_app(
+    load: Callable[[], Served],
+    limits: Limits,
+    on_failure: Callable[[str], None],
+    image_digest: str | None = None,
+) -> FastAPI:
+    """The app; ``load`` (verify, then load) runs on a thread at start-up, ``on_failure`` gets its one-line
+    refusal; ``image_digest`` is the serving image's, when the deployment passes it."""
+    state = State(image_digest=image_digest)
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solomon-generate")
+
+    def load_in_background() -> None:
+        try:
+            state.served = load()
+        except Exception as exc:  # any failure refuses to serve: one line, the server stops
+            state.error = first_line(exc, limit=400)
+            on_failure(state.error)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        threading.Thread(target=load_in_background, name="solomon-verify", daemon=True).start()
+        yield
+        worker.shutdown(wait=True)
+
+    app = FastAPI(title="solomon", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.solomon = state
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def _server_error(request: Request, exc: Exception) -> JSONResponse:
+        return error(500, f"internal error: {first_line(exc)}")
+
+    def not_ready() -> JSONResponse:
+        if state.error:
+            return error(503, f"not serving: {state.error}")
+        return error(503, "not ready: verifying and loading the model", headers={"Retry-After": "1"})
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        return {"status": "alive"}
+
+    @app.get("/readyz")
+    async def readyz():
+        if state.served is None:
+            return not_ready()
+        return {"status": "ready", "run_id": state.served.run_id, "manifest_sha256": state.served.manifest_sha256}
+
+    @app.get("/v1/provenance")
+    async def provenance():
+        if state.served is None:
+            return not_ready()
+        return state.served.provenance() | {"image_digest": state.image_digest}
+
+    @app.get("/v1/models")
+    async def models():
+        if state.served is None:
+            return not_ready()
+        entry = {"id": state.served.run_id, "object": "model", "owned_by": "solomon"}
+        return {"object": "list", "data": [entry]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        served = state.served
+        if served is None:
+            return not_ready()
+        arrived = time.monotonic()
+        try:
+            job = prepare(served, parse(await read_json(request, limits.max_body_bytes)), limits)
+        except RequestError as exc:
+            return error(exc.status, exc.message, exc.param)
+        if state.pending > limits.queue:  # one being generated, ``limits.queue`` waiting
+            retry = str(max(1, math.ceil(state.mean_s * state.pending)))
+            return error(429, f"busy: {state.pending} requests ahead; retry later", headers={"Retry-After": retry})
+        state.pending += 1
+        try:
+            started = time.monotonic()
+            text, finish, tokens = await asyncio.wrap_future(
+                worker.submit(complete, served, job, arrived + limits.timeout_s)
+            )
+            state.mean_s = 0.8 * state.mean_s + 0.2 * (time.monotonic() - started)
+        except TimedOut:
+            message = f"timed out: not done within this server's {limits.timeout_s:g} s; ask fewer max_tokens"
+            return error(503, message, "max_tokens", headers={"Retry-After": str(math.ceil(limits.timeout_s))})
+        finally:
+            state.pending -= 1
+        return response(served, job, text, finish, tokens)
+
+    return app

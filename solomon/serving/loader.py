@@ -1,0 +1,106 @@
+"""Verify a run, then load what serving needs — model, tokenizer, hyperparameters — from the very paths verify
+hashed. ``solomon generate`` and ``solomon serve`` both load through here, so neither ever reads a file that did
+not verify.
+
+A workspace whose ``dvc.lock`` is another run's (verify's status 3) is acceptable: verify then locates the run's
+own weights, config and tokenizer in the DVC cache and hashes them there, and those are the paths loaded; the
+difference is kept in ``Served.workspace`` so the provenance says so. Any ``FAIL`` refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+import yaml
+from tokenizers import Tokenizer
+
+from solomon import __version__, records
+from solomon.audit.verify import summary, verify
+from solomon.data.tokenizer import load_tokenizer
+from solomon.errors import SolomonError
+from solomon.model import weights
+from solomon.model.gpt import GPT
+from solomon.records import RunFiles
+from solomon.runtime import configure_torch
+
+# What generation reads: the serving files and the run's hyperparameters (sampling defaults, end-of-document token).
+LOADED = (*records.SERVING_FILES, RunFiles.HYPERPARAMETERS)
+
+
+@dataclass
+class Served:
+    """A loaded model and what it is: the facts ``/v1/provenance`` reports."""
+
+    model: GPT
+    tokenizer: Tokenizer
+    stop_id: int | None  # the end-of-document token
+    samples: dict  # the run's train.samples: default temperature, top_k, max_new_tokens
+    run_id: str
+    manifest_sha256: str
+    files: dict[str, dict]  # loaded subject -> {"sha256", "verified_in"}
+    git: dict
+    verified: str  # verify's summary line
+    verified_utc: str
+    threads: int
+    workspace: list[str] = field(default_factory=list)  # how the workspace's dvc.lock differs from the run's
+    registry: dict | None = None  # name, version, alias when served from the registry
+
+    @property
+    def weights_sha256(self) -> str:
+        return self.files[records.WEIGHTS]["sha256"]
+
+    def provenance(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "manifest_sha256": self.manifest_sha256,
+            "weights_sha256": self.weights_sha256,
+            "files": self.files,
+            "registry": self.registry,
+            "git": self.git,
+            "verified_utc": self.verified_utc,
+            "verified": self.verified,
+            "workspace_dvc_lock_differs": self.workspace,
+            "solomon_version": __version__,
+            "torch_version": torch.__version__,
+            "threads": self.threads,
+        }
+
+
+def verified_files(run_dir: Path, root: Path, expect_digest: str | None = None):
+    """verify's result for the files serving reads; refuses (SolomonError, one line) on any problem."""
+    result = verify(run_dir, root, set(LOADED), expect_digest)
+    if result.problems:
+        more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
+        raise SolomonError(f"refusing to load {run_dir}: {result.problems[0]}{more}; run `solomon verify {run_dir}`")
+    return result
+
+
+def load_verified(
+    run_dir: Path, root: Path, expect_digest: str | None = None, threads: int = 1, registry: dict | None = None
+) -> Served:
+    """Verify ``run_dir`` (against ``expect_digest`` when given), then load from the paths verify hashed."""
+    result = verified_files(run_dir, root, expect_digest)
+    files = result.files
+    hyper = yaml.safe_load(files[RunFiles.HYPERPARAMETERS].read_text(encoding="utf-8"))
+    configure_torch(threads)
+    model = weights.load_files(files[records.MODEL_CONFIG], files[records.WEIGHTS])
+    tokenizer = load_tokenizer(files[records.TOKENIZER])
+    recorded = {s["name"]: s["digest"]["sha256"] for s in result.statement["subject"]}
+    return Served(
+        model=model,
+        tokenizer=tokenizer,
+        stop_id=tokenizer.token_to_id(hyper["tokenizer"]["eod_token"]),
+        samples=hyper["train"]["samples"],
+        run_id=result.run_id,
+        manifest_sha256=result.digest,
+        files={name: {"sha256": recorded[name], "verified_in": result.where[name]} for name in sorted(files)},
+        git=result.statement["predicate"].get("git", {}),
+        verified=summary(result),
+        verified_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        threads=threads,
+        workspace=result.workspace,
+        registry=registry,
+    )

@@ -1,0 +1,88 @@
+"""``solomon serve``: one verified run over HTTP (uvicorn), until SIGTERM or SIGINT.
+
+The run is named by its directory or by a registry alias (``models:/<name>@<alias>``, resolved through the
+version's ``manifest.sha256`` and ``solomon.run_id`` tags, and verified against that digest). If verification or
+loading fails the server stops and the command exits 2 with one line. SIGTERM stops accepting connections, lets
+every request in flight (queued ones included) finish, and exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import uvicorn
+
+from solomon.errors import SolomonError
+from solomon.serving.app import create_app
+from solomon.serving.completions import Limits
+from solomon.serving.loader import Served, load_verified
+
+IMAGE_DIGEST_ENV = "SOLOMON_IMAGE_DIGEST"  # the serving image's digest, set by the deployment
+# A test hook: verification waits until this file exists, so a test can see /readyz answer 503 before it.
+HOLD_ENV = "SOLOMON_SERVE_HOLD_UNTIL"
+
+
+@dataclass(frozen=True)
+class Source:
+    """What to serve: a run directory, or a registry reference; ``expect_digest`` pins the manifest."""
+
+    root: Path
+    run_dir: Path | None = None
+    model: str | None = None
+    expect_digest: str | None = None
+    threads: int = 1
+
+
+def load(source: Source) -> Served:
+    hold = os.environ.get(HOLD_ENV)
+    while hold and not Path(hold).exists():
+        time.sleep(0.05)
+    if source.model is None:
+        return load_verified(source.run_dir, source.root, source.expect_digest, source.threads)
+    from solomon.tracking.registry import resolve  # imports mlflow: only when serving from the registry
+
+    version = resolve(source.model, source.root)
+    if source.expect_digest not in (None, version.manifest_sha256):
+        raise SolomonError(f"{source.model} is manifest {version.manifest_sha256[:12]}…, not --expect-digest")
+    return load_verified(version.run_dir, source.root, version.manifest_sha256, source.threads, version.as_dict())
+
+
+def serve(
+    load_model: Callable[[], Served], host: str, port: int, limits: Limits, image_digest: str | None = None
+) -> None:
+    """Serve what ``load_model`` loads (``partial(load, source)``: a verified run) until a signal; raises
+    SolomonError (one line) when it does not verify or load."""
+    failure: list[str] = []
+
+    def stop(message: str) -> None:
+        failure.append(message)
+        server.should_exit = True
+
+    app = create_app(lambda: _announce(load_model(), host, port), limits, stop, image_digest)
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=None
+    )
+    server = uvicorn.Server(config)
+    # uvicorn raises a captured SIGTERM again once it has drained; handled here, the drain ends in exit 0.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if failure:
+        raise SolomonError(failure[0])
+    if not server.started:
+        raise SolomonError(f"could not listen on {host}:{port} (in use, or not an address here): pick another --port")
+
+
+def _announce(served: Served, host: str, port: int) -> Served:
+    print(f"serving {served.run_id} (manifest sha256 {served.manifest_sha256}) on http://{host}:{port}", flush=True)
+    for line in served.workspace:
+        print(f"note: {line} (the served files verified in the DVC cache)", file=sys.stderr, flush=True)
+    return served

@@ -1,0 +1,64 @@
+"""Helpers for the serving tests: a `solomon serve` process on a free loopback port, and plain HTTP to it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from solomon.tools.scratch import pipeline_env
+
+SOLOMON = str(Path(sys.executable).parent / "solomon")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start(repo: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    process = subprocess.Popen(
+        [SOLOMON, "serve", "--port", str(port), *args],
+        cwd=repo,
+        env=pipeline_env() | (env or {}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return process, port
+
+
+def request(port: int, method: str, path: str, body: object = None, raw: bytes | None = None):
+    """(status, JSON body, headers by lower-case name); ``raw`` is sent as the body byte for byte."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    connection.request(method, path, body=data, headers={"Content-Type": "application/json"})
+    answer = connection.getresponse()
+    payload = answer.read()
+    connection.close()
+    return answer.status, json.loads(payload), {k.lower(): v for k, v in answer.getheaders()}
+
+
+def wait(port: int, process: subprocess.Popen, path: str = "/readyz", timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None, process.communicate()
+        try:
+            if request(port, "GET", path)[0] == 200:
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"{path} not 200 within {timeout} s"
+        time.sleep(0.1)
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        process.wait(timeout=30)
