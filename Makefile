@@ -98,8 +98,10 @@ helm: setup
 	@command -v helm >/dev/null || $(BIN)/python .ci/fetch-helm $(BIN)/helm \
 		|| echo "helm not fetched: the chart tests will skip"
 
+# Two workers, one per core (each test process uses one torch thread); a test file stays on one worker, so its
+# module fixtures are built once.
 test: setup browser helm plots-template
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The unit tier: every test not marked slow (no pipeline, training process, server, browser or external tool).
 test-fast: setup

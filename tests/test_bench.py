@@ -22,6 +22,8 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
             "--stage-steps",
             "12",
             "--skip-compile",
+            "--serving-clients",
+            "1",
         ],
         cwd=repo_copy,
         env=pipeline_env(),
@@ -54,3 +56,5 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     assert 0 < stage["resume_s"] < stage["process_s"]  # start to training again, less one step
     # The copy of the built pipeline is up to date, so the bench times a real no-op `dvc repro`.
     assert stage["noop_dvc_repro_s"] > 0
+    serving = result["serving"]  # one client against a real server process on loopback
+    assert serving["errors"] == 0 and serving["requests_per_s"] > 0 and serving["generated_tokens_per_s"] > 0

@@ -141,7 +141,8 @@ def test_the_promote_job_pulls_verifies_and_promotes_from_a_fresh_clone(publishe
 
 def test_the_promote_job_refuses_weights_that_do_not_match_the_manifest(published, tmp_path: Path) -> None:
     origin, remote = published
-    weights_md5 = yaml.safe_load((origin / "dvc.lock").read_text())["stages"]["train"]["outs"][0]["md5"]
+    outs = yaml.safe_load((origin / "dvc.lock").read_text())["stages"]["train"]["outs"]
+    [weights_md5] = [out["md5"] for out in outs if out["path"] == "models"]
     manifest = json.loads((remote / "files/md5" / weights_md5[:2] / weights_md5[2:]).read_text())
     [entry] = [e for e in manifest if e["relpath"] == "model.safetensors"]
     flip_last_byte(remote / "files/md5" / entry["md5"][:2] / entry["md5"][2:])  # the remote's copy is corrupt
