@@ -394,7 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     chaotic.add_argument("--source", default=".", help="repository to copy (default: the current directory)")
     chaotic.set_defaults(func=_chaos)
     repair = commands.add_parser(
-        "repair-lock", help="restore a dvc.lock that a kill during DVC's own write left empty or cut (see docs)"
+        "repair-lock",
+        help="repair dvc.lock and DVC's rwlock file after a kill during DVC's own write of them (see docs)",
     )
     repair.add_argument("--root", default=".", help=ROOT_HELP)
     repair.set_defaults(func=_repair_lock)

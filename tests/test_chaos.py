@@ -16,3 +16,4 @@ def test_random_kills_of_dvc_repro_resume_to_the_same_bytes() -> None:
     assert len(lines) == 2 and all("kill(s) at" in line for line in lines)
     assert sum(len(r["kills_after_s"]) for r in result["results"]) >= 1, "no kill landed: nothing was tested"
     assert result["identical"] == 2, lines
+    assert result["lock_repaired"] == sum(r["lock_repaired"] for r in result["results"])

@@ -38,3 +38,12 @@ def test_a_cut_untracked_lock_is_removed(tmp_path: Path) -> None:
     (tmp_path / "dvc.lock").write_text(LOCK[:25])  # "schema: '2.0'\nstages:\n  c"
     message = repair_lock(tmp_path)
     assert "removed it" in message and not (tmp_path / "dvc.lock").exists()
+
+
+def test_an_empty_rwlock_is_removed(tmp_path: Path) -> None:
+    rwlock = tmp_path / ".dvc/tmp/rwlock"
+    rwlock.parent.mkdir(parents=True)
+    rwlock.write_text('{"read": {}, "write": {}}')
+    assert repair_lock(tmp_path) is None and rwlock.exists()
+    rwlock.write_text("")
+    assert "rwlock was unreadable" in repair_lock(tmp_path) and not rwlock.exists()

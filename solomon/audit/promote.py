@@ -134,18 +134,19 @@ def promote(
     except KeyError:
         raise SolomonError(f"{run_dir / RunFiles.METRICS} has no {policy.compare}: check promote.compare") from None
     check_thresholds(metrics, policy)
-    champion = registry.champion(policy.model_name, policy.alias, policy.compare, root)
+    with store.redacted_errors(f"reading the champion of {policy.model_name}", root):  # never a raw URI
+        champion = registry.champion(policy.model_name, policy.alias, policy.compare, root)
     check_champion(value, champion, policy)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        mlflow_run = replay.sync_run(run_dir, root, model_dir=_model_dir(result.files, Path(tmp)))
     tags = {
         "manifest.sha256": result.digest,
         "git.commit": str(predicate["git"]["commit"]),
         f"metric.{policy.compare}": repr(value),
     }
-    version = registry.register_version(mlflow_run, policy.model_name, tags, root)
-    registry.set_alias(policy.model_name, policy.alias, version, root)
+    with store.redacted_errors(f"registering {run_id}", root), tempfile.TemporaryDirectory() as tmp:
+        mlflow_run = replay.sync_run(run_dir, root, model_dir=_model_dir(result.files, Path(tmp)))
+        version = registry.register_version(mlflow_run, policy.model_name, tags, root)
+        registry.set_alias(policy.model_name, policy.alias, version, root)
     record = {
         "run_id": run_id,
         "manifest_sha256": result.digest,
@@ -163,7 +164,8 @@ def promote(
     }
     write_json(run_dir / RunFiles.PROMOTION, record)
     # The registry's own record of this decision names the promotion record's bytes.
-    store.connect(root).set_model_version_tag(
-        policy.model_name, version, PROMOTION_TAG, sha256_file(run_dir / RunFiles.PROMOTION)
-    )
+    with store.redacted_errors(f"tagging {policy.model_name} version {version}", root):
+        store.connect(root).set_model_version_tag(
+            policy.model_name, version, PROMOTION_TAG, sha256_file(run_dir / RunFiles.PROMOTION)
+        )
     return Promotion(version, champion, run_dir / RunFiles.PROMOTION)

@@ -105,12 +105,13 @@ def chaos(source: Path, trials: int, seed: int, report=print) -> dict:
                  "lock_repaired": repaired is not None}
             )  # fmt: skip
             verdict = "bit-identical" if not differs else f"DIFFERS in {', '.join(differs)}"
-            verdict += " (dvc.lock repaired first: a kill hit DVC's own write of it)" if repaired else ""
+            verdict += f" (first: {repaired})" if repaired else ""
             report(f"trial {trial}/{trials}: {len(kills)} kill(s) at {kills} s → {verdict}")
     identical = sum(r["identical"] for r in results)
     return {
         "trials": trials,
         "identical": identical,
+        "lock_repaired": sum(r["lock_repaired"] for r in results),
         "seed": seed,
         "run_s": round(uninterrupted_s, 1),
         "results": results,

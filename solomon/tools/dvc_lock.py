@@ -1,21 +1,25 @@
-"""Repair a ``dvc.lock`` that a kill during DVC's own write of it left empty or cut short.
+"""Repair what a kill during DVC's own writes leaves unreadable: ``dvc.lock`` and DVC's read-write lock file.
 
-DVC rewrites ``dvc.lock`` in place (open for writing, then dump) after each stage, so a SIGKILL in that window
-leaves an empty or partial file, and every later ``dvc repro`` stops at "dvc.lock validation failed" before any
-stage runs. Nothing of Solomon's can run inside that window, so the repair runs before DVC: the committed
-``dvc.lock`` is restored when git tracks it, otherwise the file is removed. Either way ``dvc repro`` then reruns
-what it cannot prove up to date — the data stages rebuild the same bytes, training resumes from its checkpoint —
-and ends with the bytes of an uninterrupted run.
+DVC rewrites ``dvc.lock`` after each stage, and its lock file ``.dvc/tmp/rwlock`` (JSON) around every command, in
+place (open for writing, then dump), so a SIGKILL in that window leaves an empty or partial file and every later
+``dvc repro`` stops ("dvc.lock validation failed", "Unable to read RWLock-file") before any stage runs. Nothing of
+Solomon's runs inside DVC, so the repair runs before it: the committed ``dvc.lock`` is restored when git tracks it,
+otherwise the file is removed; an unreadable ``rwlock`` is removed (it only records the DVC processes running, and
+none is when this runs). ``dvc repro`` then reruns what it cannot prove up to date — the data stages rebuild the same
+bytes, training resumes from its checkpoint — and ends with the bytes of an uninterrupted run.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import yaml
 
 from solomon.records import DVC_LOCK
+
+RWLOCK = ".dvc/tmp/rwlock"  # DVC's record of which running commands read or write which paths
 
 
 def lock_problem(repo: Path) -> str | None:
@@ -35,8 +39,33 @@ def lock_problem(repo: Path) -> str | None:
     return None
 
 
+def rwlock_problem(repo: Path) -> str | None:
+    """Why DVC's rwlock file cannot be read; None when it is readable or absent."""
+    path = repo / RWLOCK
+    if not path.exists():
+        return None
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return f"it is not JSON ({exc})"
+    return None
+
+
 def repair_lock(repo: Path) -> str | None:
-    """Restore or remove a broken dvc.lock; returns what was done, or None when it was fine."""
+    """Restore or remove a broken dvc.lock, remove a broken rwlock; returns what was done, or None when both were
+    fine. Run it only while no DVC command runs in ``repo``."""
+    repaired = []
+    problem = rwlock_problem(repo)
+    if problem is not None:
+        (repo / RWLOCK).unlink()
+        repaired.append(f"{RWLOCK} was unreadable ({problem}: a kill during DVC's own write of it); removed it")
+    dvc_lock = _repair_dvc_lock(repo)
+    if dvc_lock is not None:
+        repaired.append(dvc_lock)
+    return "; ".join(repaired) or None
+
+
+def _repair_dvc_lock(repo: Path) -> str | None:
     problem = lock_problem(repo)
     if problem is None:
         return None
