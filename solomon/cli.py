@@ -141,15 +141,6 @@ def _bench(args: argparse.Namespace) -> None:
     print(f"written: {out}")
 
 
-def _runs_root(root: Path) -> str:
-    """Where the runs of the repository ``root`` live: report.root of its params.yaml, or the default where there
-    is none (the serving image holds only the run directory, weights and tokenizer)."""
-    from solomon.params import ReportParams, load_params
-
-    params = root / PARAMS_FILE
-    return load_params(params).report.root if params.is_file() else ReportParams().root
-
-
 def run_directory(root: Path, run: str | None) -> Path:
     """The run directory that ``run`` names in the repository ``root``: a directory path (as given), or a run id
     (a bare name) under report.root; without ``run``, the latest run (``records.LATEST`` under ``root``). Every
@@ -162,7 +153,9 @@ def run_directory(root: Path, run: str | None) -> Path:
     path = Path(run)
     if path.is_dir() or len(path.parts) > 1:
         return path
-    return root / _runs_root(root) / run
+    from solomon.params import runs_root
+
+    return root / runs_root(root) / run
 
 
 def _run_of(args: argparse.Namespace) -> Path:

@@ -283,3 +283,10 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     except ValidationError as exc:
         extra = f" and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
         raise SolomonError(f"bad {path}: {describe_error(exc)}{extra}") from None
+
+
+def runs_root(repo: Path) -> str:
+    """Where the runs of the repository ``repo`` live: report.root of its params.yaml, or the default where there is
+    none (the serving image holds only the run directory, weights and tokenizer)."""
+    path = repo / PARAMS_FILE
+    return load_params(path).report.root if path.is_file() else ReportParams().root

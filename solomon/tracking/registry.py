@@ -13,7 +13,8 @@ from solomon.tracking import store  # first: it sets MLflow's HTTP defaults befo
 from mlflow.exceptions import MlflowException
 
 from solomon.errors import SolomonError
-from solomon.records import PARAMS_FILE, WEIGHTS_FILE
+from solomon.params import runs_root
+from solomon.records import WEIGHTS_FILE
 
 
 def logged_run(run_id: str, root: Path = Path(".")) -> str:
@@ -102,14 +103,6 @@ def parse_reference(reference: str) -> tuple[str, str]:
     return match["name"], match["alias"]
 
 
-def _runs_root(root: Path) -> str:
-    """report.root of the repository's params.yaml, or the default where there is none."""
-    from solomon.params import ReportParams, load_params
-
-    params = root / PARAMS_FILE
-    return load_params(params).report.root if params.is_file() else ReportParams().root
-
-
 def resolve(reference: str, root: Path = Path(".")) -> AliasedVersion:
     """The version ``reference`` (``models:/<name>@<alias>``) names, through its tags ``manifest.sha256`` and
     ``solomon.run_id`` (both set by ``solomon promote``), to its run directory under the repository ``root``."""
@@ -130,5 +123,5 @@ def resolve(reference: str, root: Path = Path(".")) -> AliasedVersion:
             f"{reference} (version {version.version}) has no {MANIFEST_TAG} or {store.RUN_ID_TAG} tag: "
             "register it with `solomon promote`"
         )
-    run_dir = root / _runs_root(root) / run_id
+    run_dir = root / runs_root(root) / run_id
     return AliasedVersion(name, alias, str(version.version), digest, run_id, run_dir)
