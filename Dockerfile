@@ -1,23 +1,31 @@
 # The serving image of one verified run. Build it from a checkout whose workspace holds that run's model and
 # tokenizer (`dvc checkout`, or the run just made):
-#   make image RUN=<run-id>        (passes RUN_ID and MANIFEST_SHA256; see the Makefile)
+#   make image RUN=<run-id>        (.ci/build-image: verifies the run, gathers the context, passes the build args)
 # The build fails unless the copied run directory, weights, model config and tokenizer verify against the
 # run's manifest and the manifest is the one named by MANIFEST_SHA256. The image serves that run over HTTP on
 # port 8000 (`solomon serve`: docs/serving.md).
-FROM python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
+# BASE_IMAGE: the public image pinned by digest; `make image BASE_IMAGE=local` builds on the Debian bookworm
+# minbase + Debian python3.11 equivalent that `make base-image` makes where the public registry is unreachable.
+ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
+FROM ${BASE_IMAGE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    OMP_NUM_THREADS=1
+    OMP_NUM_THREADS=1 \
+    PATH=/opt/venv/bin:$PATH
 
 WORKDIR /app
 
-# Every package pinned with its SHA256 and installed without resolution; torch is the CPU build, from the
-# PyTorch CPU index (the lock pins its hash).
+# Every package pinned with its SHA256 and installed without resolution or network, from the wheelhouse the build
+# context holds (`pip download --require-hashes` of the lock; torch is the CPU build the lock pins), into a venv:
+# the public base's Python and Debian's python3.11 (whose system site is not pip's to change) alike. The lock's two
+# source distributions build against the venv's own setuptools.
 COPY requirements.lock ./
-RUN pip install --no-deps --require-hashes --extra-index-url https://download.pytorch.org/whl/cpu \
+RUN --mount=type=bind,source=wheels,target=/wheels \
+    python3 -m venv /opt/venv \
+    && pip install --no-deps --require-hashes --no-index --find-links /wheels --no-build-isolation \
         -r requirements.lock
 
 COPY pyproject.toml README.md ./

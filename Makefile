@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image serve browser helm plots-template bench chaos smoke test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock run repro report docs image base-image podman image-check serve browser helm plots-template bench chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -40,13 +40,27 @@ report: setup
 docs: setup
 	$(BIN)/solomon docs render
 
-# The serving image of RUN (a run id or directory; default: the latest run). Needs a Docker engine; the build
-# runs `solomon verify` again. Its run id and manifest SHA256 are those that `solomon verify` prints here.
+# The serving image of RUN (a run id or directory; default: the latest run), built by podman (docker where podman
+# is missing): .ci/build-image verifies the run here, gathers the context (code, run files, the lock's wheelhouse)
+# and the build runs `solomon verify --expect-digest` again. BASE_IMAGE=local: on `make base-image`'s Debian base
+# instead of the public python:3.11-slim-bookworm (docs/serving.md); WHEEL_INDEX: an index for the wheelhouse.
+BASE_IMAGE ?=
 image: setup
-	verified=$$($(BIN)/solomon verify $(RUN) --artifact models/model.safetensors --artifact models/config.json \
-		--artifact data/tokenizer.json) || { echo "$$verified"; exit 1; }; echo "$$verified"; \
-	docker build --build-arg RUN_ID=$${verified%%:*} --build-arg MANIFEST_SHA256=$${verified##* } \
-		-t solomon:$${verified%%:*} .
+	$(BIN)/python .ci/build-image $(RUN) $(if $(BASE_IMAGE),--base-image $(BASE_IMAGE))
+
+# Debian bookworm minbase + Debian's python3.11, debootstrapped and loaded into podman; its digest is recorded in
+# ~/.cache/solomon/base-image.json (root, podman, debootstrap: `make podman`).
+base-image: setup podman
+	$(BIN)/python .ci/base-image
+
+# podman, runc and debootstrap from apt, and a containers.conf that works on these machines (root with apt only).
+podman:
+	@.ci/install-podman
+
+# The image of a tiny run built on the local base, run, queried, traced by `solomon lineage`, and a tampered build
+# refused at its verify step (tests/test_image_podman.py; `make test` skips it: minutes of building, see there).
+image-check: setup podman
+	SOLOMON_IMAGE_CHECK=1 $(BIN)/python -m pytest -q tests/test_image_podman.py
 
 # Serve RUN (a run id or directory; default: the latest run) on 127.0.0.1:$(SERVE_PORT) after verifying it:
 # OpenAI-style /v1/completions, /v1/provenance, /readyz (docs/serving.md). Ctrl-C or SIGTERM drains and stops.
@@ -77,6 +91,17 @@ chaos: setup
 SMOKE_RUN_DIR ?=
 smoke: setup
 	$(BIN)/solomon smoke $(if $(SMOKE_RUN_DIR),--keep-run $(SMOKE_RUN_DIR))
+
+# The tiny config of `make smoke`, but here: a DVC experiment in this workspace (about a minute; needs a git commit).
+# It prints where its run directory is and how to go back to the committed params and outputs.
+try: setup
+	$(BIN)/solomon try
+
+# The experiments side by side for review: only the params that differ and the results (metrics.json,
+# train_metrics.json); no dependency hashes, timings or bookkeeping. The command is EXP_SHOW in
+# solomon/tools/experiments.py (the docs' tables use it too).
+exps: setup
+	@$(BIN)/python -c 'import os; from solomon.tools.experiments import EXP_SHOW; os.execvp(EXP_SHOW[0], EXP_SHOW)'
 
 # `dvc plots show/diff` offline: Vega, Vega-Lite and vega-embed inlined into a template (pinned, hash-checked,
 # from the npm registry), named in .dvc/config.local; without npm or the registry DVC's CDN page stays the default.

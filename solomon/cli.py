@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from solomon import __version__, records
@@ -12,7 +13,12 @@ from solomon.errors import SolomonError, run_main
 from solomon.records import PARAMS_FILE
 
 ROOT_HELP = f"the repository root: workspace, DVC cache, {PARAMS_FILE}, {records.LATEST} (default: here)"
-RUN_HELP = "a run id, or the path of a run directory (<report.root>/<run-id>); default: the latest run"
+RUN_ENV = "SOLOMON_RUN"  # the serving image names its run here
+RUN_HELP = (
+    f"the run: its id, or its directory's path (<report.root>/<run-id>); default: ${RUN_ENV} if set, else the "
+    f"latest run ({records.LATEST}). `solomon runs` lists them"
+)
+SEED_LINE = "seed: "  # `solomon generate` writes "seed: <n>" to stderr: --seed <n> gives the same text again
 PID_FILE = "mlflow-server.pid"  # of `solomon track server`, read by `solomon track stop`
 
 
@@ -22,6 +28,26 @@ def _smoke(args: argparse.Namespace) -> None:
     keep_run = Path(args.keep_run).resolve() if args.keep_run else None
     result = smoke(Path(args.source).resolve(), keep=args.keep, keep_run=keep_run)
     print(json.dumps(result, indent=2))
+
+
+def _try(args: argparse.Namespace) -> None:
+    import shlex
+
+    from solomon.tools.smoke import experiment_name, try_arguments, try_in_workspace
+
+    name = args.name or experiment_name()
+    if args.dry_run:
+        print(shlex.join(["dvc", *try_arguments(name)]))
+        return
+    done = try_in_workspace(Path(args.root), name)
+    run_dir = done["run_dir"]
+    restore = f"git checkout HEAD -- {' '.join(done['changed'])} && " if done["changed"] else ""
+    print(
+        f"try: experiment {done['experiment']} in {done['seconds']} s; its run: {run_dir} (open {run_dir}/index.html)\n"
+        f"  see it: dvc exp show --only-changed; solomon verify; solomon generate --prompt 'In the beginning'\n"
+        f"  go back: {restore}dvc checkout (the experiment "
+        f"stays: dvc exp apply {done['experiment']} brings it back)"
+    )
 
 
 def _chaos(args: argparse.Namespace) -> None:
@@ -60,6 +86,18 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _seed(text: str) -> int:
+    from solomon.serving.completions import MAX_SEED
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and {MAX_SEED}")
     return value
 
 
@@ -143,23 +181,55 @@ def _bench(args: argparse.Namespace) -> None:
 
 def run_directory(root: Path, run: str | None) -> Path:
     """The run directory that ``run`` names in the repository ``root``: a directory path (as given), or a run id
-    (a bare name) under report.root; without ``run``, the latest run (``records.LATEST`` under ``root``). Every
-    command that acts on a run finds it here."""
+    (a bare name) under report.root; without ``run``, ``$SOLOMON_RUN``, else the latest run (``records.LATEST``
+    under ``root``). Every command that acts on a run finds it here, so each names runs the same way and fails
+    the same way: one line naming the run and how to list the runs."""
+    from solomon.params import runs_root
+
+    listing = f"`solomon runs{'' if root == Path('.') else f' --root {root}'}` lists the runs"
+    named_by = "" if run else f" (from ${RUN_ENV})"
+    run = run or os.environ.get(RUN_ENV) or None
     if not run:
         latest = records.read_latest(root)
         if latest is None:
-            raise SolomonError(f"{root / records.LATEST} not found: run the pipeline first (`make run`), or name a run")
-        return root / latest["path"]
-    path = Path(run)
-    if path.is_dir() or len(path.parts) > 1:
+            raise SolomonError(
+                f"no run yet: {root / records.LATEST} not found; run the pipeline first (`make run`, or `make try` "
+                "for a one-minute tiny run), or name a run"
+            )
+        path = root / latest["path"]
+        if not path.is_dir():
+            raise SolomonError(
+                f"the latest run {latest['run_id']} ({records.LATEST}) is not here (no {latest['path']}): "
+                f"name another run; {listing}"
+            )
         return path
-    from solomon.params import runs_root
-
-    return root / runs_root(root) / run
+    path = Path(run)
+    if not (path.is_dir() or len(path.parts) > 1):
+        path = root / runs_root(root) / run
+    if not path.is_dir():
+        raise SolomonError(
+            f"no run {run!r}{named_by}: {path} is not a directory; name a run id or directory; {listing}"
+        )
+    return path
 
 
 def _run_of(args: argparse.Namespace) -> Path:
-    return run_directory(Path(args.root), args.run)
+    if args.run and args.run_option and args.run != args.run_option:
+        raise SolomonError(f"two runs named ({args.run!r} and --run {args.run_option!r}): name one")
+    return run_directory(Path(args.root), args.run or args.run_option)
+
+
+def _runs(args: argparse.Namespace) -> None:
+    from solomon.params import runs_root
+
+    root = Path(args.root)
+    base = root / runs_root(root)
+    found = sorted(path for path in base.glob("*") if (path / records.RunFiles.RUN_INFO).is_file())
+    if not found:
+        raise SolomonError(f"no runs in {base}: run the pipeline first (`make run`, or `make try`: a minute)")
+    latest = (records.read_latest(root) or {}).get("run_id")
+    for path in found:
+        print(f"{path.name}\t{path}" + ("\t(latest)" if path.name == latest else ""))
 
 
 def _verify(args: argparse.Namespace) -> None:
@@ -209,11 +279,13 @@ def _promote(args: argparse.Namespace) -> None:
 
 
 def _generate(args: argparse.Namespace) -> None:
-    from solomon.serving.generate import generate_text
+    from solomon.serving.generate import draw_seed, generate_text
 
+    seed = draw_seed() if args.seed is None else args.seed
     text = generate_text(
-        _run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, args.seed
+        _run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, seed
     )
+    print(f"{SEED_LINE}{seed}", file=sys.stderr)  # stdout stays the text alone
     print(text)
 
 
@@ -223,8 +295,8 @@ def _serve(args: argparse.Namespace) -> None:
     from solomon.serving.completions import Limits
     from solomon.serving.server import Source, load, serve
 
-    if args.model and args.run:
-        raise SolomonError("give --run or --model, not both")
+    if args.model and (args.run or args.run_option):
+        raise SolomonError("give a run or --model, not both")
     root = Path(args.root)
     run_dir = None if args.model else _run_of(args)
     source = Source(root, run_dir, args.model, args.expect_digest, args.threads)
@@ -354,19 +426,16 @@ def _docs(args: argparse.Namespace) -> None:
             with tempfile.TemporaryDirectory(prefix=f"solomon-docs-{page}-") as scratch:
                 measured = experiments.run_page(spec, page, root, Path(scratch) / "repo", root / "docs" / page / "data")
             for run, figures in measured.items():
-                print(f"{page}/{run}: {figures['wall_s']} s, peak RSS {figures['peak_rss_mib']} MiB")
+                rss = f", peak RSS {figures['peak_rss_mib']} MiB" if "peak_rss_mib" in figures else ""
+                print(f"{page}/{run}: {figures['wall_s']} s{rss}")
         print(f"docs: {experiments.render_page(spec, page, root / 'docs', defaults)}")
 
 
-def _run_arguments(
-    parser: argparse.ArgumentParser, option: bool = False, default: str | None = None, default_text: str = ""
-) -> None:
-    """--root and the run a command acts on (resolved by ``run_directory``): positional, or ``--run``."""
-    text = RUN_HELP.replace("default: ", f"default: {default_text}")
-    if option:
-        parser.add_argument("--run", default=default, help=text)
-    else:
-        parser.add_argument("run", nargs="?", default=default, help=text)
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    """--root and the run a command acts on, the same for every command (resolved by ``run_directory``): as an
+    argument or as ``--run`` (which scripts and the Makefile use), with the same help."""
+    parser.add_argument("run", nargs="?", help=RUN_HELP)
+    parser.add_argument("--run", dest="run_option", metavar="RUN", help=RUN_HELP)
     parser.add_argument("--root", default=".", help=ROOT_HELP)
 
 
@@ -374,6 +443,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solomon", description="Reproducible small-LM training on CPU.")
     parser.add_argument("--version", action="version", version=f"solomon {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
+    runs = commands.add_parser("runs", help="list the runs (id, directory; the latest marked) that commands can name")
+    runs.add_argument("--root", default=".", help=ROOT_HELP)
+    runs.set_defaults(func=_runs)
+    trying = commands.add_parser(
+        "try",
+        help="the tiny config of `make smoke` as a DVC experiment in this workspace (about a minute); prints where "
+        "its results are and how to go back",
+    )
+    trying.add_argument("--root", default=".", help=ROOT_HELP)
+    trying.add_argument("--name", help="the experiment's name (default: try-<UTC time>)")
+    trying.add_argument(
+        "--dry-run", action="store_true", help="print the `dvc exp run` command line instead of running it"
+    )
+    trying.set_defaults(func=_try)
     smoke = commands.add_parser("smoke", help="run the whole pipeline on a tiny config in a scratch copy")
     smoke.add_argument("--source", default=".", help="repository to copy (default: the current directory)")
     smoke.add_argument("--keep", action="store_true", help="keep the scratch copy and print its path")
@@ -467,21 +550,33 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild = commands.add_parser(
         "report", help="rebuild README.md and index.html of a run from its own files; no training"
     )
-    _run_arguments(rebuild, option=True)
+    _run_arguments(rebuild)
     rebuild.set_defaults(func=_report)
     sample = commands.add_parser("generate", help="sample text from a run's model, after verifying its files")
-    _run_arguments(sample, option=True, default=os.environ.get("SOLOMON_RUN"), default_text="$SOLOMON_RUN, else ")
+    _run_arguments(sample)
     sample.add_argument("--prompt", required=True, help="the text to continue")
-    sample.add_argument("--max-new-tokens", type=_positive_int, help="default: the run's train.samples")
-    sample.add_argument("--temperature", type=_positive_float, help="default: the run's train.samples")
-    sample.add_argument("--top-k", type=_positive_int, help="default: the run's train.samples")
-    sample.add_argument("--seed", type=int, default=0, help="same seed, same text")
+    sample.add_argument(
+        "--max-new-tokens", type=_positive_int, help="how many tokens at most (default: the run's train.samples)"
+    )
+    sample.add_argument(
+        "--temperature",
+        type=_positive_float,
+        help="above 0; lower is more predictable (default: the run's train.samples)",
+    )
+    sample.add_argument(
+        "--top-k", type=_positive_int, help="sample among the k likeliest tokens (default: the run's train.samples)"
+    )
+    sample.add_argument(
+        "--seed",
+        type=_seed,
+        help=f"same seed, same text (default: a fresh one; every run writes '{SEED_LINE}<n>' to stderr)",
+    )
     sample.set_defaults(func=_generate)
     server = commands.add_parser(
         "serve", help="serve a verified run over HTTP: OpenAI-style /v1/completions, /v1/provenance, /readyz"
     )
-    _run_arguments(server, option=True, default=os.environ.get("SOLOMON_RUN"), default_text="$SOLOMON_RUN, else ")
-    server.add_argument("--model", help="a registry alias instead of --run: models:/<name>@<alias>")
+    _run_arguments(server)
+    server.add_argument("--model", help="a registry alias instead of a run: models:/<name>@<alias>")
     server.add_argument(
         "--expect-digest",
         default=os.environ.get("SOLOMON_EXPECT_DIGEST") or None,
@@ -495,9 +590,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("SOLOMON_IMAGE_DIGEST") or None,
         help="the serving image's digest, reported by /v1/provenance (default: $SOLOMON_IMAGE_DIGEST)",
     )
-    server.add_argument("--max-prompt-tokens", type=_positive_int, default=256, help="default: 256")
+    server.add_argument(
+        "--max-prompt-tokens",
+        type=_positive_int,
+        default=256,
+        help="the longest prompt a request may send, in tokens (default: 256)",
+    )
     server.add_argument("--max-tokens", type=_positive_int, default=256, help="the cap on max_tokens (default: 256)")
-    server.add_argument("--max-body-bytes", type=_positive_int, default=65536, help="default: 65536")
+    server.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=65536,
+        help="the largest request body, in bytes (default: 65536)",
+    )
     server.add_argument("--queue", type=int, default=8, help="requests waiting beyond the one generating; then 429")
     server.add_argument("--timeout", type=_positive_float, default=60.0, help="seconds per request (default: 60)")
     server.set_defaults(func=_serve)

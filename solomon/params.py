@@ -24,6 +24,15 @@ PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
+class ParamError(ValueError):
+    """A check across a section's fields, failing with the one ``field`` to change: the error names its dotted
+    path (``train.accum_steps``), not the section."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -45,7 +54,9 @@ class SplitParams(_Section):
     @model_validator(mode="after")
     def _leaves_train(self) -> SplitParams:
         if self.val + self.test >= 0.5:
-            raise ValueError("val + test must be below 0.5 so that most documents train")
+            raise ParamError(
+                "test", f"val + test must be below 0.5 so that most documents train (now {self.val} + {self.test})"
+            )
         return self
 
 
@@ -103,7 +114,10 @@ class ModelParams(_Section):
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelParams:
         if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+            heads = ", ".join(str(n) for n in range(1, 17) if self.n_embd % n == 0)
+            raise ParamError(
+                "n_head", f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): n_head {heads} fit"
+            )
         return self
 
 
@@ -123,13 +137,24 @@ class SampleParams(_Section):
     max_new_tokens: Annotated[int, Field(ge=0)] = 48
 
 
+class MuonParams(_Section):
+    """torch.optim.Muon on the blocks' hidden weight matrices, used only with ``train.optimizer: muon``."""
+
+    momentum: Fraction = 0.95
+    nesterov: bool = True
+    ns_steps: Annotated[int, Field(ge=1, lt=100)] = 5  # Newton-Schulz iterations per update (torch allows < 100)
+
+
 class TrainParams(_Section):
     seed: int = 1337
     max_steps: PositiveInt = 4000
     batch_size: PositiveInt = 16  # sequences per optimiser step, across micro-batches (and ranks)
     accum_steps: PositiveInt = 1  # micro-batches per optimiser step; must divide batch_size
     label_smoothing: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
-    weight_decay: Annotated[float, Field(ge=0.0)] = 0.1
+    # adamw: AdamW on every parameter; muon: Muon on the blocks' hidden matrices, AdamW on the rest
+    optimizer: Literal["adamw", "muon"] = "adamw"
+    muon: MuonParams = MuonParams()
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.1  # both optimisers': on matrices and embeddings only
     beta1: Fraction = 0.9
     beta2: Fraction = 0.95
     clip: Annotated[float, Field(ge=0.0)] = 1.0  # max global grad norm; 0 disables clipping
@@ -147,8 +172,11 @@ class TrainParams(_Section):
     @model_validator(mode="after")
     def _accum_divides_batch(self) -> TrainParams:
         if self.batch_size % (self.accum_steps * self.nproc):
-            raise ValueError(
-                f"accum_steps × nproc ({self.accum_steps} × {self.nproc}) must divide batch_size ({self.batch_size})"
+            fits = [n for n in range(1, self.batch_size + 1) if self.batch_size % (n * self.nproc) == 0][:8]
+            raise ParamError(
+                "accum_steps",
+                f"accum_steps × nproc ({self.accum_steps} × {self.nproc}) must divide batch_size ({self.batch_size}): "
+                f"accum_steps {', '.join(map(str, fits)) or '(none: batch_size must be a multiple of nproc)'} fit",
             )
         return self
 
@@ -197,7 +225,9 @@ class RequireParams(_Section):
     @model_validator(mode="after")
     def _one_digest_source(self) -> RequireParams:
         if self.digest_file is not None and self.digest_env is not None:
-            raise ValueError("give digest_file or digest_env, not both: the expected digest has one source")
+            raise ParamError(
+                "digest_env", "give digest_file or digest_env, not both: the expected digest has one source"
+            )
         return self
 
 
@@ -241,13 +271,15 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
 def describe_error(error: ValidationError) -> str:
     """The first error as one line naming the param: no dump of the section a cross-field check looked at."""
     first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    blamed = first.get("ctx", {}).get("error")
+    loc = (*first["loc"], blamed.field) if isinstance(blamed, ParamError) else first["loc"]
+    where = ".".join(str(part) for part in loc) or "(top level)"
     if first["type"] == "extra_forbidden":
         return f"unknown key '{where}' (remove it or check its spelling)"
     message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "value_error" or isinstance(first.get("input"), dict):
         return f"'{where}': {message}"
-    got = repr(first.get("input"))
+    got = "null" if first.get("input") is None else repr(first.get("input"))  # as params.yaml spells it
     return f"'{where}': {message} (got {got if len(got) <= 60 else got[:57] + '...'})"
 
 

@@ -38,7 +38,12 @@ ANCHOR_ROLE = "replay-anchor"
 METRICS = "metrics.json"  # held-out metrics of the evaluate stage
 STEP_LOG = f"{REPORTS_DIR}/train_log.tsv"
 EVAL_LOG = f"{REPORTS_DIR}/train_evals.jsonl"
-TRAIN_METRICS = f"{REPORTS_DIR}/train_metrics.json"
+VAL_LOSS_FILE = "train_val_loss.tsv"  # beside the evaluation log: its losses as a table DVC can plot (not JSON lines)
+VAL_LOSS_LOG = f"{REPORTS_DIR}/{VAL_LOSS_FILE}"
+TRAIN_METRICS = f"{REPORTS_DIR}/train_metrics.json"  # training results: a DVC metric
+# How the training run ran: timings, throughput, environment, run id. Not a metric (they differ between identical
+# runs), so `dvc exp show`, `dvc metrics diff` and the review note show results only.
+TRAIN_RUN = f"{REPORTS_DIR}/train_run.json"
 RELIABILITY_DIR = f"{REPORTS_DIR}/reliability"
 LATEST = f"{REPORTS_DIR}/latest.json"
 SPLITS = ("val", "test")  # the held-out splits
@@ -65,6 +70,7 @@ class RunFiles:
     PARAMS = PARAMS_FILE  # params.yaml as written
     METRICS = "metrics.json"
     TRAIN_METRICS = "train_metrics.json"
+    TRAIN_RUN = "train_run.json"
     STEP_LOG = "train_log.tsv"
     EVAL_LOG = "train_evals.jsonl"
     DATACARD_MD = "datacard.md"
@@ -79,6 +85,7 @@ class RunFiles:
 RECORD_FILES = {
     "metrics": (METRICS, RunFiles.METRICS),
     "train_metrics": (TRAIN_METRICS, RunFiles.TRAIN_METRICS),
+    "train_run": (TRAIN_RUN, RunFiles.TRAIN_RUN),
     "train_log": (STEP_LOG, RunFiles.STEP_LOG),
     "train_evals": (EVAL_LOG, RunFiles.EVAL_LOG),
     "datacard_md": (DATACARD_MD, RunFiles.DATACARD_MD),
@@ -96,6 +103,7 @@ RUN_FILE_ROLES = {
     RunFiles.DATACARD_MD: "datacard",
     RunFiles.DATACARD_JSON: "datacard",
     RunFiles.RUN_INFO: "provenance",
+    RunFiles.TRAIN_RUN: "provenance",
     RunFiles.STEP_LOG: "training-log",
     RunFiles.EVAL_LOG: "training-log",
 }
@@ -131,6 +139,8 @@ STEP_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
 DETERMINISTIC_COLUMNS = STEP_COLUMNS[:-1]
 STEP_HEADER = "\t".join(STEP_COLUMNS) + "\n"
 EVAL_FIELDS = ("step", "val_loss", "val_perplexity", "val_bits_per_byte", "best", "samples")
+VAL_LOSS_COLUMNS = ("step", "val_loss")
+VAL_LOSS_HEADER = "\t".join(VAL_LOSS_COLUMNS) + "\n"
 
 
 FLOAT_FORMAT = ".9g"  # 9 significant digits: a float32 (loss, gradient norm) written and read back exactly
@@ -145,6 +155,11 @@ def step_line(row: dict) -> str:
 def as_logged(value: float) -> float:
     """A step-log value as ``read_steps`` gives it back: two values log alike exactly when these are equal."""
     return float(f"{value:{FLOAT_FORMAT}}")
+
+
+def val_loss_line(record: dict) -> str:
+    """An evaluation's row of the validation-loss table (the same digits as ``eval_line`` writes)."""
+    return f"{record['step']}\t{json.dumps(record['val_loss'])}\n"
 
 
 def eval_line(record: dict) -> str:

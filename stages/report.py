@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     params = load_params()
     files = {name: getattr(args, name) for name in INPUTS}
-    run_id = read_json(files["train_metrics"]).get("run_id")
+    run_id = read_json(files["train_run"]).get("run_id")
     mlflow_run = None
     if params.tracking.enabled and run_id:
         from solomon.tracking.replay import open_run_or_warn  # imports mlflow: only when tracking

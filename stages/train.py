@@ -1,6 +1,7 @@
 """Stage train: fit the GPT decoder on the train tokens, resuming from checkpoints/ after an interruption.
 
-Writes the best evaluated model to models/, the per-step log, the evaluation/sample log and train metrics, and
+Writes the best evaluated model to models/, the per-step log, the evaluation/sample log, the train metrics
+(results) and the run record (timings, environment, run id), and
 streams the run to MLflow as it goes when tracking.enabled (never a reason to stop).
 Exit status 128 + N after signal N (SIGTERM: 143, SIGINT: 130), once a checkpoint is written.
 With train.nproc > 1 it starts itself again under ``torchrun --standalone`` as that many ranks.
@@ -41,6 +42,9 @@ def main() -> None:
         parser.add_argument(name, type=Path)
     parser.add_argument("--fresh", action="store_true", help="delete existing checkpoints and start at step 0")
     parser.add_argument("--anchors", type=Path, help="where to keep the last two checkpoints for `solomon replay`")
+    parser.add_argument(
+        "--run-record", type=Path, help="where to write the run's timings and environment (default: beside metrics)"
+    )
     args = parser.parse_args()
     paths = TrainPaths(**{k: v for k, v in vars(args).items() if k != "fresh"})
     params = load_params()

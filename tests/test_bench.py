@@ -36,7 +36,8 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     [record] = list((repo_copy / "reports/bench").glob("*.json"))
     result = json.loads(record.read_text())
     throughput = result["throughput"]
-    assert set(throughput["variants"]) == {"eager fp32", "eager bf16"}
+    assert set(throughput["variants"]) == {"eager fp32", "eager bf16", "eager bf16 muon"}
+    assert throughput["variants"]["eager bf16 muon"]["optimizer"] == "muon" and "| eager bf16 muon" in done.stdout
     assert set(throughput["gemm_peak_gflops"]) == {"fp32", "bf16"}
     assert all(peak > 0 for peak in throughput["gemm_peak_gflops"].values())
     assert set(throughput["matmul_ceiling_mfu"]) == {"fp32", "bf16"}

@@ -83,7 +83,7 @@ def plots_page(repo: Path, out: Path, template: str | None) -> Path:
 def test_dvc_plots_render_with_the_network_closed(repo_copy: Path, tmp_path: Path) -> None:
     """`dvc plots show` with the offline template draws its curves with every request refused; DVC's own page, the
     control, draws nothing there (it loads Vega from a CDN)."""
-    from conftest import ROOT
+    from conftest import ROOT, dvc
 
     template = ROOT / ".dvc/offline-plots.html"
     if not template.is_file():
@@ -103,3 +103,21 @@ def test_dvc_plots_render_with_the_network_closed(repo_copy: Path, tmp_path: Pat
         del FLAGS[-len(NO_NETWORK) :]
     assert pixels_near(image, DVC_PURPLE) > 1000, console  # loss, learning rate, gradient norm, reliability
     assert pixels_near(control, DVC_PURPLE) == 0
+
+    # The validation-loss curve (dashed, beside the training loss): its pixels are what the plot loses without it.
+    def loss_plot_pixels(name: str) -> int:
+        page, loss_plot = tmp_path / name, "training and validation loss"
+        dvc(repo_copy, "plots", "show", loss_plot, "-o", str(page), "--html-template", str(template))
+        (tmp_path / f"{name}-shot").mkdir()
+        return pixels_near(screenshot(page / "index.html", tmp_path / f"{name}-shot")[1], DVC_PURPLE)
+
+    val_loss = repo_copy / "reports/train_val_loss.tsv"
+    assert len(val_loss.read_text().splitlines()) > 2  # a header and the evaluations
+    FLAGS.extend(NO_NETWORK)
+    try:
+        with_validation = loss_plot_pixels("with-validation")
+        val_loss.write_text(val_loss.read_text().splitlines(keepends=True)[0])
+        without_validation = loss_plot_pixels("without-validation")
+    finally:
+        del FLAGS[-len(NO_NETWORK) :]
+    assert with_validation - without_validation > 60, (with_validation, without_validation)

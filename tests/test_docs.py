@@ -116,7 +116,7 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     exp_show = (docs / "smoothing/data/exp_show.md").read_text()
     assert "smoothing-ls-0.0" in exp_show and "smoothing-ls-0.2" in exp_show
     results = experiments.read_results(docs / "smoothing/data", ["ls-0.0", "ls-0.2", "ls-0.0-resumed"])
-    assert results["ls-0.0-resumed"]["train_metrics"]["resumed_from_step"] == 4
+    assert results["ls-0.0-resumed"]["train_run"]["resumed_from_step"] == 4
     then = (docs / "smoothing/data/ls-0.2/then.log").read_text()
     assert then.startswith("$ solomon verify --artifact models/model.safetensors\n") and "verified 1 artifacts" in then
     # Each run's files are its own: label smoothing changed the trained model, so its held-out loss.

@@ -106,7 +106,7 @@ def test_eval_param_change_reruns_only_check_evaluate_and_report(repo_copy: Path
     assert run_dirs(repo_copy) == before
     new_bytes = {p.name: p.read_bytes() for p in old_run.iterdir()}
     assert new_bytes.keys() == old_bytes.keys()
-    for name in ("train_log.tsv", "train_evals.jsonl", "train_metrics.json", "datacard.md"):
+    for name in ("train_log.tsv", "train_evals.jsonl", "train_metrics.json", "train_run.json", "datacard.md"):
         assert new_bytes[name] == old_bytes[name], name
     assert "max_tokens: 2048" in new_bytes["params.yaml"].decode()
     assert json.loads(new_bytes["metrics.json"])["val"]["tokens"] == 2048
@@ -139,8 +139,9 @@ def test_exp_run_changes_warmup_and_metrics_diff_shows_it(repo_copy: Path) -> No
     run_id = json.loads((repo_copy / "reports/latest.json").read_text())["run_id"]
     assert exp_runs[0].data.tags["dvc.exp_name"] == experiment["name"]
     assert exp_runs[0].info.run_name == f"{experiment['name']}-{run_id}"
-    # The same run id in the DVC experiment (its train_metrics.json), MLflow and the run directory.
-    assert experiment["data"]["metrics"]["reports/train_metrics.json"]["data"]["run_id"] == run_id
+    # The same run id in the DVC experiment (its commit's train_run.json), MLflow and the run directory.
+    recorded = run(["git", "show", f"{experiment['rev']}:reports/train_run.json"], repo_copy).stdout
+    assert json.loads(recorded)["run_id"] == run_id
 
 
 def test_tokenizer_and_encoded_splits_are_byte_identical_across_runs(built_repo: Path, tmp_path: Path) -> None:

@@ -9,10 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import dvc, latest_run_dir
+import pytest
+from conftest import digest, dvc, latest_run_dir
+from mlflow.artifacts import download_artifacts
+from mlflow.models import Model
 from mlflow.tracking import MlflowClient
 
 from solomon.tools.scratch import pipeline_env, write_params
+from solomon.tracking.replay import sync_run
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 
@@ -28,7 +32,7 @@ def retrain(repo: Path, overrides: dict) -> None:
     dvc(repo, "repro")
 
 
-def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: Path) -> None:
+def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: Path, tmp_path: Path) -> None:
     first = latest_run_dir(repo_copy)
     done = promote(repo_copy)  # params.yaml asks test.bits_per_byte <= 1.6; the tiny model is far above
     assert done.returncode == 1, done.stdout + done.stderr
@@ -44,13 +48,28 @@ def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: P
         "promote refused: verify failed: metrics.json: SHA256 mismatch"
     )
 
+    # The training run as the report stage logged it (repo_copy leaves the MLflow store behind).
+    client = MlflowClient(f"sqlite:///{repo_copy / 'mlflow.db'}")
+    trained = client.get_run(sync_run(first, repo_copy))
     done = promote(repo_copy)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "version 1 is now champion (the first)" in done.stdout
     record = json.loads((first / "promotion.json").read_text())
     manifest_digest = record["manifest_sha256"]
     assert record["model"] == {"name": "solomon", "version": "1", "alias": "champion"} and record["previous"] is None
-    client = MlflowClient(f"sqlite:///{repo_copy / 'mlflow.db'}")
+    # Promotion registers and records without reopening the training run: its status and times stay as they were.
+    after = client.get_run(trained.info.run_id).info
+    assert (after.status, after.start_time, after.end_time) == (
+        "FINISHED",
+        trained.info.start_time,
+        trained.info.end_time,
+    )
+    assert "report/promotion.json" in [a.path for a in client.list_artifacts(trained.info.run_id, "report")]
+    # The registered version is an MLflow model: its MLmodel, read back through the registry, names the weights.
+    with pytest.MonkeyPatch.context() as env:  # the registry is found where the tracking store is
+        env.setenv("MLFLOW_TRACKING_URI", client.tracking_uri)
+        mlmodel = Model.load(download_artifacts("models:/solomon@champion/MLmodel", dst_path=str(tmp_path)))
+    assert mlmodel.flavors["solomon"]["weights_sha256"] == digest(repo_copy / "models/model.safetensors")
     champion = client.get_model_version_by_alias("solomon", "champion")
     assert str(champion.version) == "1"
     assert champion.tags["manifest.sha256"] == manifest_digest and champion.tags["solomon.run_id"] == first.name

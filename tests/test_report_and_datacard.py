@@ -55,9 +55,9 @@ def test_a_run_directory_belongs_to_one_training_run(repo_copy: Path) -> None:
     )
     this_run = root / json.loads(latest.read_text())["run_id"]
     snapshot = {p: p.read_bytes() for p in this_run.iterdir()}
-    other = json.loads(files["train_metrics"].read_text()) | {"run_id": "20300102T030405Z-0123abcd"}
-    files["train_metrics"] = repo_copy / "other_train_metrics.json"
-    files["train_metrics"].write_text(json.dumps(other))
+    other = json.loads(files["train_run"].read_text()) | {"run_id": "20300102T030405Z-0123abcd"}
+    files["train_run"] = repo_copy / "other_train_run.json"
+    files["train_run"].write_text(json.dumps(other))
     when = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
     other_dir = create_run(params, repo_copy / "params.yaml", files, root, latest, provenance, when)
     assert other_dir == root / "20300102T030405Z-0123abcd"
@@ -71,7 +71,7 @@ def test_a_run_directory_belongs_to_one_training_run(repo_copy: Path) -> None:
     run_info = json.loads((rebuilt / "run.json").read_text())
     assert run_info["created_utc"].startswith("2030-01-03") and set(run_info["sha256"]) == {*REPORT_INPUTS, "params"}
     del other["run_id"]
-    files["train_metrics"].write_text(json.dumps(other))
+    files["train_run"].write_text(json.dumps(other))
     with pytest.raises(SolomonError, match="names no run_id"):
         create_run(params, repo_copy / "params.yaml", files, root, latest, provenance, when)
 

@@ -100,6 +100,7 @@ def check_everything_readable(client: MlflowClient, run_dir: Path, tmp_path: Pat
     assert steps_of(client, mlflow_run, "eval/val_loss") == [10, 20, 30]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert run.data.metrics["val/bits_per_byte"] == metrics["val"]["bits_per_byte"]
+    assert run.data.metrics["test/ece"] == metrics["test"]["ece"] and "val/mce" in run.data.metrics
     assert run.data.tags["git.commit"] and "dvc.lock.sha256" in run.data.tags
     assert run.data.tags["solomon.run_id"] == run_dir.name and run.info.status == "FINISHED"
     samples = [a.path for a in client.list_artifacts(mlflow_run, "samples")]

@@ -7,7 +7,8 @@ regress against the current champion (``promote.compare``, lower is better, with
 its model — the very files verify found and hashed — is registered as a new version, tagged with the manifest
 digest, run id and git commit; the alias moves to it; ``promotion.json`` records the decision in the run directory
 (what was required included), and its SHA256 becomes the version's tag ``promotion.sha256``, which binds the
-record to the registry's decision (``solomon sign`` can add a signature of it).
+record to the registry's decision (``solomon sign`` can add a signature of it); the record joins the MLflow run's
+report artifacts. None of it moves the MLflow run's start or end time.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from solomon.hashing import sha256_file
 from solomon.params import PromoteParams
 from solomon.records import MODEL_FILES, RunFiles, read_json
 
-PROMOTION_TAG = "promotion.sha256"  # the registry version's tag naming its promotion record's SHA256
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -165,7 +165,5 @@ def promote(
     write_json(run_dir / RunFiles.PROMOTION, record)
     # The registry's own record of this decision names the promotion record's bytes.
     with store.redacted_errors(f"tagging {policy.model_name} version {version}", root):
-        store.connect(root).set_model_version_tag(
-            policy.model_name, version, PROMOTION_TAG, sha256_file(run_dir / RunFiles.PROMOTION)
-        )
+        registry.record_promotion(policy.model_name, version, run_dir / RunFiles.PROMOTION, root)
     return Promotion(version, champion, run_dir / RunFiles.PROMOTION)

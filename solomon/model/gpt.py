@@ -146,11 +146,3 @@ class GPT(nn.Module):
             return self.lm_head(x)
         hidden = x.reshape(-1, x.size(-1))
         return linear_cross_entropy(hidden, self.lm_head.weight, targets.reshape(-1), label_smoothing)
-
-    def configure_optimizer(self, lr: float, weight_decay: float, betas: tuple[float, float]) -> torch.optim.AdamW:
-        """AdamW that decays weight matrices and embeddings, not biases or LayerNorm gains."""
-        decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
-        no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        # fused: one elementwise kernel per tensor instead of a dozen passes (deterministic, as every CPU kernel here)
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=True)

@@ -78,11 +78,10 @@ def create_run(
     now = now or datetime.now(UTC)
     hashes = {name: sha256_file(path) for name, path in sorted(files.items())}
     hashes["params"] = sha256_file(params_path)
-    train_metrics = read_json(files["train_metrics"])
-    run_id = train_metrics.get("run_id")
+    run_id = read_json(files["train_run"]).get("run_id")
     if not run_id:
         raise SolomonError(
-            f"{files['train_metrics']} names no run_id (written by an older Solomon): rerun training with "
+            f"{files['train_run']} names no run_id (written by an older Solomon): rerun training with "
             "`dvc repro --force train`"
         )
     rows = read_steps(files["train_log"])
@@ -126,6 +125,8 @@ def render_pages(run_dir: Path) -> None:
     run_info = read_json(run_dir / RunFiles.RUN_INFO)
     metrics = read_json(run_dir / RunFiles.METRICS)
     train_metrics = read_json(run_dir / RunFiles.TRAIN_METRICS)
+    # Runs reported before the split kept timings and environment in train_metrics.json: no train_run.json.
+    train_run = read_json(run_dir / RunFiles.TRAIN_RUN) if (run_dir / RunFiles.TRAIN_RUN).is_file() else {}
     hyperparameters = yaml.safe_load((run_dir / RunFiles.HYPERPARAMETERS).read_text(encoding="utf-8"))
     rows = read_steps(run_dir / RunFiles.STEP_LOG)
     evals = read_evals(run_dir / RunFiles.EVAL_LOG)
@@ -142,6 +143,7 @@ def render_pages(run_dir: Path) -> None:
     tables = {
         "Held-out metrics": document.metrics_table(metrics),
         "Training": document.key_value_table(train_metrics),
+        **({"How the training ran": document.key_value_table(train_run)} if train_run else {}),
         "Evaluations during training (fixed validation subset)": (
             ["step", "val loss", "val perplexity", "val bits/byte", "new best"],
             [

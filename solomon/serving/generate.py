@@ -3,18 +3,27 @@
 Every file it reads — the weights, model config and tokenizer (found as ``solomon verify`` finds them: workspace,
 or DVC cache) and the run's ``hyperparameters.yaml`` — is checked against the manifest's SHA256 first and then
 read from the very path verify hashed (``solomon.serving.loader``). Sampling settings default to the run's own
-``train.samples``; the seed makes a generation repeatable.
+``train.samples``. Each call without a seed draws a fresh one, and the command prints the seed it used: the same
+seed gives the same text again.
 """
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 import torch
 
 from solomon.errors import SolomonError
 from solomon.model.sampling import generate
+from solomon.serving.completions import MAX_SEED
 from solomon.serving.loader import load_verified
+
+
+def draw_seed() -> int:
+    """A fresh seed from the operating system's entropy, in the server's range: a seed from either reproduces
+    the same text in the other."""
+    return secrets.randbelow(MAX_SEED + 1)
 
 
 def generate_text(

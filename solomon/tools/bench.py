@@ -2,14 +2,14 @@
 
 1. A GEMM peak measured in this process (fp32 and bf16 square matmuls), the reference for MFU.
 2. The default model trained for a fixed number of steps after warm-up in eager and compiled fp32 and bf16
-   autocast, one after another in this process: tokens/s, achieved GFLOP/s (6·N per token for the weights plus
-   12·L·d·T for attention, as in the PaLM and nanoGPT estimates) and MFU against the peak of the variant's
-   precision; the default variant's step by operator (torch.profiler); the step's weight matmuls timed
-   alone at their own shapes, the MFU a step of nothing but matmuls would reach; and the same matmuls' rate
-   inside the profiled step (their FLOPs over the profiler's matmul kernel time).
+   autocast, and eager bf16 with ``train.optimizer: muon``, one after another in this process: tokens/s, achieved
+   GFLOP/s (6·N per token for the weights plus 12·L·d·T for attention, as in the PaLM and nanoGPT estimates) and
+   MFU against the peak of the variant's precision; the default variant's step by operator (torch.profiler); the
+   step's weight matmuls timed alone at their own shapes, the MFU a step of nothing but matmuls would reach; and
+   the same matmuls' rate inside the profiled step (their FLOPs over the profiler's matmul kernel time).
 3. A real train stage (``stages/train.py``, tracking, evaluation with samples and checkpoints on at their
    configured intervals) on the workspace's token files for ``stage_steps`` steps: wall time and the share of
-   each overhead, from the seconds the loop records in ``train_metrics.json``; then that run resumed, timed
+   each overhead, from the seconds the loop records in ``train_run.json``; then that run resumed, timed
    until it trains again, and ``dvc repro`` with nothing changed when the workspace is up to date.
 4. Serving: concurrent clients against ``solomon serve``'s stack on loopback (a server process, a model of the
    default size with random weights): requests/s, p50/p95 latency, generated tokens/s, errors.
@@ -39,13 +39,17 @@ from solomon.runtime import configure_torch
 from solomon.tools.scratch import merge, pipeline_env
 from solomon.train.data_order import DataOrder
 from solomon.train.hooks import pause_environment
+from solomon.train.optimizer import build_optimizer
 from solomon.train.step import autocast_for, train_step
 
+# name: (train.precision, train.compile, train.optimizer). Muon's Newton-Schulz matmuls are optimiser work, not
+# model FLOPs: its variant's MFU counts the model's FLOPs only, so the time they take shows as a lower MFU.
 VARIANTS = {
-    "eager fp32": ("fp32", False),
-    "eager bf16": ("bf16", False),
-    "compiled fp32": ("fp32", True),
-    "compiled bf16": ("bf16", True),
+    "eager fp32": ("fp32", False, "adamw"),
+    "eager bf16": ("bf16", False, "adamw"),
+    "eager bf16 muon": ("bf16", False, "muon"),
+    "compiled fp32": ("fp32", True, "adamw"),
+    "compiled bf16": ("bf16", True, "adamw"),
 }
 
 
@@ -116,13 +120,13 @@ def training_throughput(
     results = {}
     profile: list[dict] = []  # stays empty when the default variant is not measured (compile with --skip-compile)
     matmul_ms_per_step = None
-    for name, (precision, compiled) in VARIANTS.items():
+    for name, (precision, compiled, optimizer_name) in VARIANTS.items():
         if compiled and not compile_variant:
             continue
         torch.manual_seed(0)
         model = GPT(config)
         step_model = torch.compile(model) if compiled else model
-        optimizer = model.configure_optimizer(1e-4, 0.1, (0.9, 0.95))
+        optimizer = build_optimizer(model, params.train.model_copy(update={"optimizer": optimizer_name}), 1e-4)
 
         autocast = autocast_for(precision)
 
@@ -143,10 +147,12 @@ def training_throughput(
             "gflops": round(gflops, 1),
             "mfu": round(gflops / peaks[precision], 3),
             "mfu_of": f"{precision} GEMM peak",
+            "optimizer": optimizer_name,
             "warmup_s": round(started - first_started, 1),
             "peak_rss_mib_so_far": round(peak_rss_mib(), 1),
         }
-        if precision == params.train.precision and compiled == params.train.compile:
+        cfg = params.train
+        if (precision, compiled, optimizer_name) == (cfg.precision, cfg.compile, cfg.optimizer):
             # the default path: where its step time goes, and how fast its matmuls run inside a real step
             profile, matmul_ms_per_step = step_profile(one_step, warmup + steps)
     # after the variants, so that their peak RSS is training's alone
@@ -249,7 +255,7 @@ def stage_overheads(repo: Path, stage_steps: int) -> dict:
             "models", "checkpoints", "train_log.tsv", "train_evals.jsonl", "train_metrics.json",
         ]  # fmt: skip
         process_s = _run(command, work)
-        metrics = json.loads((work / "train_metrics.json").read_text(encoding="utf-8"))
+        metrics = json.loads((work / "train_run.json").read_text(encoding="utf-8"))  # timings: beside metrics
         (work / PARAMS_FILE).write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps + 2}})))
         resume_s = resume_latency(command, work, stage_steps)
     wall = metrics["wall_s"]

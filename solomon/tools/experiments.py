@@ -9,12 +9,15 @@ sets every key that any of its runs changes, so the commands do not depend on th
 the workspace held before.
 
 Data of a page: ``docs/<page>/data/<run>/`` (the run's records under their run-directory names: metrics.json,
-train_metrics.json, train_log.tsv, train_evals.jsonl, reliability_{val,test}.json; and measured.json: command,
-wall seconds, peak RSS) and ``docs/<page>/data/exp_show.md``.
+train_metrics.json, train_run.json, train_log.tsv, train_evals.jsonl, reliability_{val,test}.json; and measured.json:
+command, wall seconds, peak RSS) and ``docs/<page>/data/exp_show.md`` with the command that printed it
+(exp_show.command). Data made before train_run.json existed has none: its train_metrics.json held both, and is read
+as both.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import shlex
 import shutil
@@ -49,14 +52,29 @@ from solomon.train.hooks import CRASH_AT
 
 SPEC = Path("docs/experiments.yaml")
 RUN_OPTIONS = frozenset({"fresh", "kill_after_step", "then"})
+# A page with `queue: true` queues its runs (`dvc exp run --queue`) and then runs the queue: each run in its own
+# temporary copy of the commit, from step 1, independent of the others and of the workspace.
+RUN_QUEUE = "dvc exp run --run-all"
 THEN_LOG = "then.log"
 MEASURED = "measured.json"  # a run's command, wall seconds, peak RSS (and model SHA256)
+EXP_SHOW_TABLE, EXP_SHOW_COMMAND = "exp_show.md", "exp_show.command"  # the table, and the command that printed it
 CHARTS = ("loss", "lr", "reliability")
 # The files of a run the page is drawn from: workspace path → name in the run's data directory (as in a run
 # directory). All of the run's records but the data card, which is the same for every run of a page.
 RESULT_FILES = dict(files for name, files in RECORD_FILES.items() if name not in ("datacard_md", "datacard_json"))
-# `dvc exp show --md` without the columns that only restate the setup (the runs' own params stay).
-EXP_SHOW = ["dvc", "exp", "show", "--md", "--only-changed", "--drop", "Created|State|Executor|bytes|seconds|run_id"]
+# `dvc exp show` for review (`make exps`, the docs' tables): the params that differ and the results (metrics.json,
+# train_metrics.json), nothing else. --drop (a regex each column name must not start with) takes DVC's bookkeeping
+# columns and every dependency's hash: a path with a "/", a .json/.lock/.py file, or a bare output directory; with a
+# baseline commit that has no dvc.lock (`make run` commits nothing) every hash would count as changed.
+EXP_SHOW = [
+    "dvc",
+    "exp",
+    "show",
+    "--md",
+    "--only-changed",
+    "--drop",
+    r"Created$|State$|Executor$|.*/|.*\.(json|lock|py)$|(models|anchors|corpus)$",
+]
 # Run `command` and report the largest resident set of any process it started (the train stage, in practice).
 _MEASURE = (
     "import json, resource, subprocess, sys, time\n"
@@ -80,16 +98,18 @@ def load_spec(path: Path = SPEC) -> dict:
         missing = [key for key in ("runs", "charts", "columns") if not isinstance(entry, dict) or key not in entry]
         if missing:
             raise SolomonError(f"{path}: page {page} has no `{missing[0]}`: give runs, charts and columns")
+        if not isinstance(entry.get("queue", False), bool):
+            raise SolomonError(f"{path}: page {page}: `queue` must be true or false")
         unknown = [chart for chart in entry["charts"] if chart not in CHARTS]
         if unknown:
             raise SolomonError(f"{path}: page {page}: unknown chart {unknown[0]!r}; use {', '.join(CHARTS)}")
         for run, value in entry["runs"].items():
             overrides, options = run_entry(value)
-            unknown_options = set(options) - RUN_OPTIONS
+            unknown_options = set(options) - (set() if entry.get("queue") else RUN_OPTIONS)
             if unknown_options:
                 raise SolomonError(
                     f"{path}: page {page}, run {run}: unknown option {sorted(unknown_options)[0]!r}; "
-                    f"use {', '.join(sorted(RUN_OPTIONS))}"
+                    f"use {', '.join(sorted(RUN_OPTIONS))} (none on a `queue: true` page: its runs start fresh)"
                 )
             try:  # every run's params must be valid before anything trains
                 Params.model_validate(merge(params, _nest(spec["base"] | overrides)))
@@ -135,13 +155,24 @@ def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
         settings = spec["base"] | {key: overrides.get(key, defaults[f"params.{key}"]) for key in varied}
         flags = " ".join(f"-S {shlex.quote(f'{key}={_setting(value)}')}" for key, value in settings.items())
         fresh = "rm -rf checkpoints && " if options.get("fresh") else ""
-        lines = [f"dvc exp run -n {page}-{run} {flags}"]
+        queue = "--queue " if queued(spec, page) else ""
+        lines = [f"dvc exp run {queue}-n {page}-{run} {flags}"]
         if "kill_after_step" in options:
             step = int(options["kill_after_step"])
             lines.insert(0, f"{CRASH_AT}=after-step:{step} dvc exp run -n {page}-{run}-killed {flags}")
         lines[0] = fresh + lines[0]
         result[run] = lines
     return result
+
+
+def queued(spec: dict, page: str) -> bool:
+    return bool(spec["pages"][page].get("queue", False))
+
+
+def all_commands(spec: dict, page: str, defaults: dict) -> list[str]:
+    """The page's command lines in the order they run: a queued page's queue lines, then the line that runs it."""
+    lines = [line for run_lines in commands(spec, page, defaults).values() for line in run_lines]
+    return [*lines, RUN_QUEUE] if queued(spec, page) else lines
 
 
 def default_values(repo: Path) -> dict:
@@ -153,6 +184,8 @@ def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path)
     repo = make_scratch_repo(source, scratch, {})
     # The data stages first, once, so that each run's wall time is its own training, evaluation and report.
     subprocess.run(["dvc", "repro", "datacard"], cwd=repo, env=pipeline_env(), capture_output=True, check=True)
+    if queued(spec, page):
+        return _run_queued_page(spec, page, source, repo, data_dir)
     measured = {}
     with staged_dir(data_dir) as tmp:
         for run, lines in commands(spec, page, default_values(source)).items():
@@ -184,9 +217,60 @@ def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path)
             then = run_entry(spec["pages"][page]["runs"][run])[1].get("then", [])
             if then:
                 write_text(out / THEN_LOG, _run_then(then, repo))
-        table = subprocess.run(EXP_SHOW, cwd=repo, env=pipeline_env(), capture_output=True, text=True, check=True)
-        write_text(tmp / "exp_show.md", table.stdout)
+        _write_exp_show(repo, tmp)
     return measured
+
+
+def _measured_run(line: str, repo: Path) -> dict:
+    """Run one command line under the measuring wrapper: {command, returncode, wall_s, peak_rss_mib}."""
+    print(f"experiments: {line}", flush=True)
+    wrapped = [sys.executable, "-c", _MEASURE, "bash", "-c", line]
+    done = subprocess.run(wrapped, cwd=repo, env=pipeline_env(), capture_output=True, text=True)
+    *output, report = done.stderr.strip().splitlines()  # the measuring wrapper's JSON comes last
+    figures = {"command": line, **json.loads(report)}
+    if figures["returncode"] != 0:
+        raise SolomonError(f"`{line}` exited {figures['returncode']}: {last_line(chr(10).join(output))}")
+    return figures
+
+
+def _run_queued_page(spec: dict, page: str, source: Path, repo: Path, data_dir: Path) -> dict[str, dict]:
+    """Queue the page's runs, run the queue, then take each run's results from its experiment
+    (`dvc exp apply`). A run's wall time and tokens/s are its training's (train_run.json): the queue runs them
+    one after another in one command, in DVC's detached workers, so no peak RSS is measured per run."""
+    # The queue runs each experiment from the commit: commit the data stages' lock so that they restore, not rerun.
+    for args in (["git", "add", "-A"], ["git", "commit", "-q", "-m", "data stages"]):
+        subprocess.run(args, cwd=repo, env=pipeline_env(), capture_output=True, check=True)
+    measured = {}
+    with staged_dir(data_dir) as tmp:
+        runs = commands(spec, page, default_values(source))
+        queue = {run: _measured_run(lines[0], repo) for run, lines in runs.items()}
+        whole = _measured_run(RUN_QUEUE, repo)
+        for run, queued_line in queue.items():
+            subprocess.run(
+                ["dvc", "exp", "apply", f"{page}-{run}"], cwd=repo, env=pipeline_env(), capture_output=True, check=True
+            )
+            out = tmp / run
+            out.mkdir()
+            for path, name in RESULT_FILES.items():
+                shutil.copyfile(repo / path, out / name)
+            train_run = read_json(out / RunFiles.TRAIN_RUN)
+            measured[run] = {
+                "command": queued_line["command"],
+                "returncode": whole["returncode"],
+                "wall_s": train_run["wall_s"],  # its training (the queue's own command ran them all)
+                "model_sha256": sha256_file(repo / WEIGHTS),
+                "queue": {key: value for key, value in whole.items() if key != "peak_rss_mib"},
+            }
+            write_json(out / MEASURED, measured[run])
+        _write_exp_show(repo, tmp)
+    return measured
+
+
+def _write_exp_show(repo: Path, data_dir: Path) -> None:
+    """`dvc exp show` after a page's runs, and the command that printed it (EXP_SHOW may change later)."""
+    table = subprocess.run(EXP_SHOW, cwd=repo, env=pipeline_env(), capture_output=True, text=True, check=True)
+    write_text(data_dir / EXP_SHOW_TABLE, table.stdout)
+    write_text(data_dir / EXP_SHOW_COMMAND, shlex.join(EXP_SHOW) + "\n")
 
 
 def _run_then(lines: list[str], repo: Path) -> str:
@@ -210,7 +294,8 @@ def _run_then(lines: list[str], repo: Path) -> str:
 
 
 def read_results(data_dir: Path, runs: list[str]) -> dict[str, dict]:
-    """{run: {metrics, train_metrics, measured, steps, evals, reliability}} from a page's data directory."""
+    """{run: {metrics, train_metrics, train_run, measured, steps, evals, reliability}} from a page's data
+    directory."""
     results = {}
     for run in runs:
         folder = data_dir / run
@@ -219,6 +304,9 @@ def read_results(data_dir: Path, runs: list[str]) -> dict[str, dict]:
         results[run] = {
             "metrics": read_json(folder / RunFiles.METRICS),
             "train_metrics": read_json(folder / RunFiles.TRAIN_METRICS),
+            "train_run": read_json(folder / RunFiles.TRAIN_RUN)
+            if (folder / RunFiles.TRAIN_RUN).is_file()
+            else read_json(folder / RunFiles.TRAIN_METRICS),  # the combined file of older data
             "measured": read_json(folder / MEASURED),
             "steps": read_steps(folder / RunFiles.STEP_LOG),
             "evals": read_evals(folder / RunFiles.EVAL_LOG),
@@ -311,6 +399,14 @@ def _then_blocks(spec: dict, page: str, data_dir: Path) -> list[str]:
     return blocks
 
 
+INTRO = [
+    "From a clean checkout, in the repository root (each command sets every parameter its page varies, so the",
+    "runs can go in any order, a run's own lines in the order shown; `dvc exp show` then lists them):",
+]
+QUEUE_INTRO = [
+    "From a clean checkout, in the repository root: queue the runs (each sets every parameter the page varies), then",
+    "run the queue, each run from step 1 in its own temporary copy of the commit; `dvc exp show` then lists them:",
+]
 BLOCK = "<!-- generated by `solomon docs render` from docs/experiments.yaml and {data}: do not edit -->"
 START, END = "<!-- experiments:start -->", "<!-- experiments:end -->"
 
@@ -329,20 +425,21 @@ def render_page(spec: dict, page: str, docs_dir: Path, defaults: dict) -> Path:
     lines = [
         BLOCK.format(data=f"docs/{page}/data/"),
         "",
-        "From a clean checkout, in the repository root (each command sets every parameter its page varies, so the",
-        "runs can go in any order, a run's own lines in the order shown; `dvc exp show` then lists them):",
+        *(QUEUE_INTRO if queued(spec, page) else INTRO),
         "",
         "```sh",
-        *(line for lines in commands(spec, page, defaults).values() for line in lines),
+        *all_commands(spec, page, defaults),
         "```",
         "",
         results_table(spec, page, results),
         "",
         *(f"![{kind}]({page}/{kind}.png)\n" for kind in names),
         *_then_blocks(spec, page, data_dir),
-        "<details><summary>The full table: <code>" + " ".join(EXP_SHOW) + "</code> after those runs</summary>",
+        "<details><summary>The full table: <code>"
+        + html.escape((data_dir / EXP_SHOW_COMMAND).read_text(encoding="utf-8").strip(), quote=False)
+        + "</code> after those runs</summary>",
         "",
-        (data_dir / "exp_show.md").read_text(encoding="utf-8").strip(),
+        (data_dir / EXP_SHOW_TABLE).read_text(encoding="utf-8").strip(),
         "",
         "</details>",
     ]

@@ -1,10 +1,15 @@
 """Streams one training run to MLflow while it trains, from a background thread: a slow or dead server never
-holds up a step, and never stops one. What does not arrive is logged later by ``replay``."""
+holds up a step, and never stops one. What does not arrive is logged later by ``replay``.
+
+The same thread samples the machine's and the training process's CPU and memory (``SystemSampler``) and logs them
+as MLflow's system metrics (``system/...``, its "System metrics" tab): read from ``/proc`` and ``os.times``, never
+on the training thread, so they cost a step nothing. They exist only live: a replay cannot know them."""
 
 from __future__ import annotations
 
 import os
 import queue
+import resource
 import sys
 import threading
 import time
@@ -15,6 +20,7 @@ from solomon.params import Params
 from solomon.tracking.store import (
     BATCH,
     STEP_METRICS,
+    Metric,
     error_line,
     eval_metrics,
     history_metrics,
@@ -31,12 +37,80 @@ from solomon.tracking.store import (
 )
 
 if TYPE_CHECKING:
-    from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
 FLUSH_ROWS = 100  # send after this many steps ...
-FLUSH_S = 5.0  # ... or this many seconds, and at every evaluation
+FLUSH_S = 5.0  # ... or this many seconds, and at every evaluation (system metrics are sampled as often)
 FINISH_TIMEOUT_S = 60.0  # how long the end of training waits for the last sends
+MB = 1e6  # MLflow's system metrics count megabytes of 10^6 bytes
+
+
+def _read_proc(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read()
+    except OSError:  # no /proc (not Linux): those metrics are left out
+        return None
+
+
+class SystemSampler:
+    """CPU and memory as MLflow names its system metrics, averaged since the previous sample: the machine's CPU
+    utilisation (``/proc/stat``) and memory in use (``/proc/meminfo``: total less available), and the training
+    process's own CPU share (``os.times``, as a percentage of the cores it may use, like the machine's), resident
+    memory (``/proc/self/statm``) and peak resident memory (``getrusage``). A sample reads four small files."""
+
+    def __init__(self) -> None:
+        self._cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        # Linux reports ru_maxrss in KiB, macOS in bytes.
+        self._maxrss_unit = 1 if sys.platform == "darwin" else 1024
+        self._machine, self._process = self._machine_cpu(), self._process_cpu()
+
+    @staticmethod
+    def _machine_cpu() -> tuple[float, float] | None:
+        """(busy, total) jiffies of all CPUs since boot."""
+        fields = (_read_proc("/proc/stat") or "").split("\n", 1)[0].split()
+        if not fields or fields[0] != "cpu":
+            return None
+        ticks = [float(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+        return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+
+    @staticmethod
+    def _process_cpu() -> tuple[float, float]:
+        """(CPU seconds of this process, wall seconds)."""
+        times = os.times()
+        return times.user + times.system, time.monotonic()
+
+    def sample(self) -> dict[str, float]:
+        """The metrics since the previous sample (or since this sampler was made), keyed ``system/...``."""
+        values: dict[str, float] = {}
+        machine, process = self._machine_cpu(), self._process_cpu()
+        if machine and self._machine and machine[1] > self._machine[1]:
+            busy, total = (now - before for now, before in zip(machine, self._machine, strict=True))
+            values["system/cpu_utilization_percentage"] = round(100 * busy / total, 1)
+        if process[1] > self._process[1]:
+            cpu_s, wall_s = (now - before for now, before in zip(process, self._process, strict=True))
+            values["system/process_cpu_utilization_percentage"] = round(100 * cpu_s / wall_s / self._cores, 1)
+        self._machine, self._process = machine, process
+        # Lines "MemTotal:       24684096 kB"; some (HugePages_*) carry no unit.
+        kib = {
+            k: float(v.split()[0])
+            for k, _, v in (ln.partition(":") for ln in (_read_proc("/proc/meminfo") or "").splitlines())
+        }
+        if kib.get("MemTotal") and "MemAvailable" in kib:
+            used = kib["MemTotal"] - kib["MemAvailable"]
+            values["system/system_memory_usage_megabytes"] = round(used * 1024 / MB, 1)
+            values["system/system_memory_usage_percentage"] = round(100 * used / kib["MemTotal"], 1)
+        statm = (_read_proc("/proc/self/statm") or "").split()
+        if len(statm) > 1:  # size resident shared ... in pages
+            values["system/process_rss_megabytes"] = round(float(statm[1]) * self._page / MB, 1)
+        peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * self._maxrss_unit / MB, 1)
+        # The kernel updates its high-water mark lazily: it can trail the resident size just read.
+        values["system/process_peak_rss_megabytes"] = max(peak, values.get("system/process_rss_megabytes", 0.0))
+        return values
+
+    def metrics(self, step: int, timestamp_ms: int) -> list[Metric]:
+        return [Metric(key, value, timestamp_ms, step) for key, value in self.sample().items()]
 
 
 class LiveTracker:
@@ -66,12 +140,18 @@ class LiveTracker:
         self._outage = False
         self._next_try = 0.0
         self._last_send = time.monotonic()
+        self._system: SystemSampler | None = None
+        self._last_step = 0  # the newest training step the thread has seen
+        self._sampled_step = 0  # the step of the newest system sample
+        self._last_sample = time.monotonic()
 
     # --- called by the training loop (cheap, never raises) ---
 
     def start(self, run_id: str, steps: list[dict], evals: list[dict]) -> None:
         self.run_id = run_id
         self._history = (list(steps), list(evals))
+        self._system = SystemSampler()  # the first sample measures from here
+        self._last_step = self._sampled_step = int(steps[-1]["step"]) if steps else 0
         self._thread = threading.Thread(target=self._work, name="solomon-tracking", daemon=True)
         self._thread.start()
 
@@ -105,12 +185,14 @@ class LiveTracker:
                 kind = None
             if kind == "step":
                 self._pending += step_metrics(item, timestamp_ms)
+                self._last_step = int(item["step"])
             elif kind == "eval":
                 self._pending += eval_metrics(item, timestamp_ms)
                 self._pending_samples.append(item)
             elif kind == "finish":
                 status = item
             now = time.monotonic()
+            self._sample_system(kind, now)
             due = kind in ("eval", "finish") or len(self._pending) >= FLUSH_ROWS * len(STEP_METRICS)
             due = due or now - self._last_send >= FLUSH_S
             if due and (now >= self._next_try or kind == "finish"):
@@ -121,10 +203,23 @@ class LiveTracker:
             except Exception as exc:
                 self._fail(exc)
         if self._outage:
-            missing = len(self._pending) // len(STEP_METRICS)
+            missing = sum(1 for metric in self._pending if metric.key == STEP_METRICS["loss"])
             warn(
                 f"about {missing} steps of training run {self.run_id} did not reach {self.uri}. " + self._replay_hint()
             )
+
+    def _sample_system(self, kind: str | None, now: float) -> None:
+        """A system sample at the newest step, as often as steps are sent (every ``FLUSH_ROWS`` steps or
+        ``FLUSH_S`` seconds, at each evaluation and at the end), and at most once per step."""
+        if self._last_step == self._sampled_step:
+            return
+        if (
+            kind in ("eval", "finish")
+            or self._last_step - self._sampled_step >= FLUSH_ROWS
+            or now - self._last_sample >= FLUSH_S
+        ):
+            self._pending += self._system.metrics(self._last_step, int(time.time() * 1000))
+            self._sampled_step, self._last_sample = self._last_step, now
 
     def _connect(self) -> None:
         client, mlflow_run = open_run(self.run_id, self._tags, self._params, self._root)

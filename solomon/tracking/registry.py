@@ -13,6 +13,7 @@ from solomon.tracking import store  # first: it sets MLflow's HTTP defaults befo
 from mlflow.exceptions import MlflowException
 
 from solomon.errors import SolomonError
+from solomon.hashing import sha256_file
 from solomon.params import runs_root
 from solomon.records import WEIGHTS_FILE
 
@@ -76,6 +77,18 @@ def alias_version(name: str, alias: str, root: Path = Path(".")) -> str:
 
 
 MANIFEST_TAG = "manifest.sha256"  # set by `solomon promote`: the digest recorded outside the run directory
+PROMOTION_TAG = "promotion.sha256"  # the version's tag naming its promotion record's SHA256
+
+
+def record_promotion(name: str, version: str, record: Path, root: Path = Path(".")) -> None:
+    """The registry's record of a promotion: version ``version`` of ``name`` tagged with the SHA256 of the
+    promotion record ``record`` (``promotion.json``), which also joins the training run's report artifacts. Tags
+    and artifacts only: the training run's status, start and end time stay as training left them."""
+    client = store.connect(root)
+    client.set_model_version_tag(name, version, PROMOTION_TAG, sha256_file(record))
+    client.log_artifact(client.get_model_version(name, version).run_id, str(record), store.REPORT_DIR)
+
+
 REFERENCE = re.compile(r"^models:/(?P<name>[^/@]+)@(?P<alias>[^/@]+)$")
 
 

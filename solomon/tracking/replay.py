@@ -1,8 +1,10 @@
 """Logs a run directory (``reports/training/<run-id>/``) to MLflow after the fact, adding only what is missing:
-params, every step's metrics, evaluations, samples, held-out metrics, the report and the model.
+params, every step's metrics, evaluations, samples, held-out metrics, the corpus as a dataset input, the report and
+the model (with an ``MLmodel`` that describes it).
 
 The report stage calls it, and so does ``solomon track sync <run-id>`` after an outage; ``solomon promote``
-registers the MLflow run it returns.
+registers the MLflow run it returns. A run the live tracker already closed keeps its status and times: a sync or a
+promotion months later does not make a 31-second run last months.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from solomon.tracking import store  # first: it sets MLflow's HTTP defaults befo
 # isort: split
 import yaml
 from mlflow.entities import Metric, RunStatus
+from mlflow.models import Model
 
 from solomon.hashing import sha256_file
 from solomon.params import Params
-from solomon.records import DVC_LOCK, WEIGHTS_FILE, RunFiles, read_evals, read_json, read_steps
+from solomon.records import CONFIG_FILE, DVC_LOCK, WEIGHTS_FILE, RunFiles, read_evals, read_json, read_steps
 
-HELD_OUT_METRICS = ("loss", "perplexity", "bits_per_byte", "accuracy")
-REPORT_DIR = "report"  # the run directory, as an artifact of its MLflow run
+MLMODEL = "MLmodel"  # MLflow's description of a model directory, beside the weights
+MODEL_FLAVOR = "solomon"  # loaded by `solomon serve --model models:/<name>@<alias>`, which verifies first
 
 
 def _matching_model_dir(run_info: dict, model_dir: Path | None) -> Path | None:
@@ -30,6 +33,15 @@ def _matching_model_dir(run_info: dict, model_dir: Path | None) -> Path | None:
         return None
     expected = run_info["sha256"].get("model")
     return model_dir if sha256_file(model_dir / WEIGHTS_FILE) == expected else None
+
+
+def _mlmodel(mlflow_run: str, artifact_path: str, model_sha: str) -> str:
+    """The ``MLmodel`` of a model directory: what its files are and the weights' SHA256 (a deterministic uuid
+    from it). Written once per model directory, so a registered version's source never changes."""
+    flavor = {"weights": WEIGHTS_FILE, "config": CONFIG_FILE, "weights_sha256": model_sha, "loader": "solomon serve"}
+    model = Model(artifact_path=artifact_path, run_id=mlflow_run, model_uuid=model_sha[:32])
+    model.add_flavor(MODEL_FLAVOR, **flavor)
+    return model.to_yaml()
 
 
 def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = None) -> str:
@@ -52,25 +64,30 @@ def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = Non
 
     # Held-out metrics belong to the model at the final step; a re-evaluation logs a new value only if it differs.
     final_step = max((int(row["step"]) for row in steps), default=0)
-    held_out = read_json(run_dir / RunFiles.METRICS)
-    for split, values in held_out.items():
-        for name in HELD_OUT_METRICS:
-            key = f"{split}/{name}"
-            history = sorted(
-                (m.timestamp, m.value) for m in client.get_metric_history(mlflow_run, key) if m.step == final_step
-            )
-            if not history or history[-1][1] != values[name]:
-                missing.append(Metric(key, values[name], int(time.time() * 1000), final_step))
+    for key, value in store.held_out_metrics(read_json(run_dir / RunFiles.METRICS)).items():
+        history = sorted(
+            (m.timestamp, m.value) for m in client.get_metric_history(mlflow_run, key) if m.step == final_step
+        )
+        if not history or history[-1][1] != value:
+            missing.append(Metric(key, value, int(time.time() * 1000), final_step))
     for i in range(0, len(missing), store.BATCH):
         client.log_batch(mlflow_run, metrics=missing[i : i + store.BATCH])
 
     for record in store.missing_samples(client, mlflow_run, evals):
         client.log_text(mlflow_run, store.samples_markdown(record), store.samples_path(record["step"]))
-    client.log_artifacts(mlflow_run, str(run_dir), REPORT_DIR)
+    dataset = store.corpus_dataset(read_json(run_dir / RunFiles.DATACARD_JSON))
+    if dataset is not None:
+        store.log_dataset_once(client, mlflow_run, dataset)
+    client.log_artifacts(mlflow_run, str(run_dir), store.REPORT_DIR)
     model = _matching_model_dir(run_info, model_dir)
     if model is not None:
-        client.log_artifacts(mlflow_run, str(model), store.model_artifact_path(model_sha))
-    client.set_terminated(mlflow_run, RunStatus.to_string(RunStatus.FINISHED))
+        source = store.model_artifact_path(model_sha)
+        client.log_artifacts(mlflow_run, str(model), source)
+        if not any(a.path == f"{source}/{MLMODEL}" for a in client.list_artifacts(mlflow_run, source)):
+            client.log_text(mlflow_run, _mlmodel(mlflow_run, source, model_sha), f"{source}/{MLMODEL}")
+    finished = RunStatus.to_string(RunStatus.FINISHED)
+    if client.get_run(mlflow_run).info.status != finished:  # closing it again would move its end time to now
+        client.set_terminated(mlflow_run, finished)
     return mlflow_run
 
 

@@ -6,14 +6,16 @@
   any text), ``public_uri`` (the store's URI, redacted) and ``warn`` (every tracking warning, redacted);
 - the MLflow run of a training run: ``find_run`` looks it up by its tag ``solomon.run_id``, ``open_run`` also
   creates it and gives it the params and tags it lacks;
-- what a run's records become in MLflow: params and tags (``param_values``, ``source_tags``), step and
-  evaluation metrics, sample pages.
+- what a run's records become in MLflow: params and tags (``param_values``, ``source_tags`` with MLflow's standard
+  ``mlflow.source.*`` and ``mlflow.user``), step and evaluation metrics, sample pages, the corpus as a dataset
+  input (``corpus_dataset``).
 
 Every tracking module imports this one before mlflow: it sets MLflow's HTTP defaults.
 """
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -26,9 +28,18 @@ from pathlib import Path
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
 os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.data.meta_dataset import MetaDataset
+from mlflow.data.sources import LocalArtifactDatasetSource
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag, SourceType
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import (
+    MLFLOW_DATASET_CONTEXT,
+    MLFLOW_GIT_COMMIT,
+    MLFLOW_SOURCE_NAME,
+    MLFLOW_SOURCE_TYPE,
+    MLFLOW_USER,
+)
 
 from solomon.errors import SolomonError, first_line
 from solomon.params import flatten
@@ -44,6 +55,14 @@ STEP_METRICS = {
     "tokens_per_s": "train/tokens_per_s",
 }
 EVAL_METRICS = ("val_loss", "val_perplexity", "val_bits_per_byte")
+REPORT_DIR = "report"  # the run directory, as an artifact of its MLflow run
+NULL_PARAM = "null"  # a null param, spelled as params.yaml spells it: never Python's "None"
+SOURCE_NAME = "stages/train.py"  # the training run's entry point: MLflow's Source column
+KEEP_FIRST_TAGS = (MLFLOW_USER,)  # who started the run: a later sync by someone else does not rewrite it
+DATASET_CONTEXT = "training"
+# MLflow allows a dataset digest of at most 36 characters: the corpus's SHA256 is cut to its first 32 hex digits
+# there, and kept whole in the dataset's profile.
+DATASET_DIGEST_HEX = 32
 BATCH = 500  # MLflow accepts at most 1000 metrics per log_batch call
 
 
@@ -187,22 +206,46 @@ def open_run(
     # MLflow params are immutable: a value that changed since (train.max_steps on a resume) stays as first logged;
     # the run directory's hyperparameters.yaml is the record.
     new_params = [Param(k, v[:6000]) for k, v in sorted(params.items()) if k not in logged.params]
-    new_tags = [RunTag(k, v) for k, v in sorted(tags.items()) if logged.tags.get(k) != v]
+    new_tags = [
+        RunTag(k, v)
+        for k, v in sorted(tags.items())
+        if logged.tags.get(k) != v and not (k in KEEP_FIRST_TAGS and k in logged.tags)
+    ]
     for i in range(0, max(len(new_params), len(new_tags)), 100):
         client.log_batch(mlflow_run, params=new_params[i : i + 100], tags=new_tags[i : i + 100])
     return client, mlflow_run
 
 
 # --- what a run's records become in MLflow --------------------------------------------------------------------
+def param_value(value: object) -> str:
+    """One param as MLflow stores it (a string): lists as JSON, null as ``null``, anything else as ``str``."""
+    if value is None:
+        return NULL_PARAM
+    return json.dumps(value) if isinstance(value, list) else str(value)
+
+
 def param_values(hyperparameters: dict) -> dict[str, str]:
-    """params.yaml flattened to MLflow params: dotted keys, lists as JSON."""
-    return {k: json.dumps(v) if isinstance(v, list) else str(v) for k, v in flatten(hyperparameters).items()}
+    """params.yaml flattened to MLflow params: dotted keys, values as ``param_value`` writes them."""
+    return {k: param_value(v) for k, v in flatten(hyperparameters).items()}
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container's uid with no passwd entry and no $USER
+        return None
 
 
 def source_tags(git: dict | None = None) -> dict[str, str]:
-    """Where the run came from: git commit and dirty flag, and the DVC experiment it belongs to."""
+    """Where the run came from: git commit and dirty flag, the DVC experiment it belongs to, and MLflow's standard
+    tags (``mlflow.source.name``/``type``/``git.commit``, ``mlflow.user``) that its UI shows as source and user."""
     git = git or git_state()
     tags = {"git.commit": str(git["commit"]), "git.dirty": str(git["dirty"])}
+    tags |= {MLFLOW_SOURCE_NAME: SOURCE_NAME, MLFLOW_SOURCE_TYPE: SourceType.to_string(SourceType.LOCAL)}
+    if git["commit"]:
+        tags[MLFLOW_GIT_COMMIT] = str(git["commit"])
+    if user := _user():
+        tags[MLFLOW_USER] = user
     for env, tag in (("DVC_EXP_NAME", "dvc.exp_name"), ("DVC_EXP_BASELINE_REV", "dvc.exp_baseline_rev")):
         if os.environ.get(env):
             tags[tag] = os.environ[env]
@@ -223,6 +266,47 @@ def history_metrics(steps: list[dict], evals: list[dict], start_ms: int) -> list
     two replays of one step are identical rows."""
     metrics = [m for row in steps for m in step_metrics(row, start_ms + int(row["step"]))]
     return metrics + [m for record in evals for m in eval_metrics(record, start_ms + record["step"])]
+
+
+def held_out_metrics(metrics: dict) -> dict[str, float]:
+    """Every number of ``metrics.json`` (``{split: {name: value}}``) as the metric ``<split>/<name>``: loss,
+    perplexity, bits per byte, accuracy, ECE, MCE, and the tokens and bytes they were measured on."""
+    return {
+        f"{split}/{name}": float(value)
+        for split, values in metrics.items()
+        for name, value in values.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
+def corpus_dataset(datacard: dict) -> DatasetInput | None:
+    """The corpus a run was trained on as an MLflow dataset input (its Dataset column): named by the corpus
+    source's description, its source ``corpus.source`` as params.yaml gives it, its digest the source's SHA256 (cut
+    to ``DATASET_DIGEST_HEX``); the whole SHA256 and each split's documents, bytes, tokens and SHA256 in its
+    profile. None for a data card without source statistics."""
+    statistics = datacard.get("statistics", {})
+    source = statistics.get("source")
+    if not source or not source.get("sha256"):
+        return None
+    splits = {
+        split: {key: stats[key] for key in ("documents", "bytes", "tokens", "sha256_corpus") if key in stats}
+        for split, stats in statistics.get("splits", {}).items()
+    }
+    profile = {"sha256": source["sha256"], "kind": source.get("kind"), "splits": splits}
+    meta = MetaDataset(
+        LocalArtifactDatasetSource(source.get("spec") or source["kind"]),
+        name=source.get("description") or source["kind"],
+        digest=source["sha256"][:DATASET_DIGEST_HEX],
+    )._to_mlflow_entity()
+    dataset = Dataset(meta.name, meta.digest, meta.source_type, meta.source, meta.schema, json.dumps(profile))
+    return DatasetInput(dataset, tags=[InputTag(MLFLOW_DATASET_CONTEXT, DATASET_CONTEXT)])
+
+
+def log_dataset_once(client: MlflowClient, mlflow_run: str, dataset_input: DatasetInput) -> None:
+    """Log ``dataset_input`` unless the run already has a dataset of that name and digest."""
+    present = {(i.dataset.name, i.dataset.digest) for i in client.get_run(mlflow_run).inputs.dataset_inputs}
+    if (dataset_input.dataset.name, dataset_input.dataset.digest) not in present:
+        client.log_inputs(mlflow_run, datasets=[dataset_input])
 
 
 def samples_path(step: int) -> str:

@@ -86,9 +86,9 @@ class MachineHistory:
             return None
         return (
             f"train: resuming on another machine kind ({self.machine['kind']}): steps ≥ {step + 1} will not be "
-            f"bit-identical to an uninterrupted run on {self.spans[-1]['kind']} (recorded in train_metrics.json)"
+            f"bit-identical to an uninterrupted run on {self.spans[-1]['kind']} (recorded in train_run.json)"
         )
 
     def kinds(self) -> list[dict]:
-        """The spans without the machine dicts: what ``train_metrics.json`` shows."""
+        """The spans without the machine dicts: what ``train_run.json`` shows."""
         return [{"kind": span["kind"], "steps": span["steps"]} for span in self.spans]

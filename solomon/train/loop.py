@@ -33,7 +33,7 @@ from solomon.errors import SolomonError
 from solomon.machine import describe
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params
-from solomon.records import read_steps
+from solomon.records import RunFiles, read_steps
 from solomon.rng import dropout_seed, stream_seed
 from solomon.runtime import configure_torch
 from solomon.train.checkpoint import Checkpointer, Stateful, TorchRandomState
@@ -42,6 +42,7 @@ from solomon.train.distributed import ProcessGroup
 from solomon.train.early_stopping import EarlyStopping
 from solomon.train.fingerprint import MachineHistory, fingerprint
 from solomon.train.hooks import NO_HOOKS, Hooks
+from solomon.train.optimizer import Optimizer, build_optimizer
 from solomon.train.periodic_eval import PeriodicEvaluation
 from solomon.train.resume import resume_point
 from solomon.train.run_log import RunLog
@@ -64,12 +65,16 @@ class TrainPaths:
     checkpoints: Path
     steps_log: Path
     evals_log: Path
-    metrics: Path
+    metrics: Path  # the results (the DVC metric)
     anchors: Path | None = None  # where the replay anchors go at the end (None: none kept)
+    run_record: Path | None = None  # timings and environment (None: ``train_run.json`` beside ``metrics``)
+
+    def run_record_path(self) -> Path:
+        return self.run_record or self.metrics.with_name(RunFiles.TRAIN_RUN)
 
 
 class Timers:
-    """Seconds the loop spends outside its optimiser steps, by overhead (``train_metrics.json``'s "seconds")."""
+    """Seconds the loop spends outside its optimiser steps, by overhead (``train_run.json``'s "seconds")."""
 
     def __init__(self, *names: str) -> None:
         self.seconds = dict.fromkeys(names, 0.0)
@@ -88,7 +93,7 @@ class Components:
     """The stateful parts of a run, each with its own ``state_dict``: what a checkpoint saves, under these names."""
 
     model: GPT
-    optimizer: torch.optim.Optimizer
+    optimizer: Optimizer
     schedule: NoamSchedule
     data_order: DataOrder
     early_stopping: EarlyStopping
@@ -124,7 +129,7 @@ def build_components(
     )
     components = Components(
         model=model,
-        optimizer=model.configure_optimizer(schedule.lr(0), cfg.weight_decay, (cfg.beta1, cfg.beta2)),
+        optimizer=build_optimizer(model, cfg, schedule.lr(0)),
         schedule=schedule,
         data_order=data_order,
         early_stopping=EarlyStopping(cfg.early_stopping),
@@ -196,6 +201,7 @@ def train(
     group.require_same("step to resume from", start)
     if group.is_main:
         checkpointer.mark_completed(False)
+        _remove_results(paths)
         run_log.open()
     run_id = checkpointer.run_id() if group.is_main else None
     metadata = {"fingerprint": current, "environment": _environment(cfg.precision, cfg.compile)}
@@ -302,7 +308,7 @@ def _finish(
     hooks: Hooks,
 ) -> dict:
     """Write the best evaluated model to ``model_dir`` and the replay anchors, mark the run completed, and write its
-    metrics."""
+    results (``paths.metrics``) and how it ran (``paths.run_record_path()``); returns both in one dict."""
     cfg, stopper, model = params.train, parts.early_stopping, parts.model
     elapsed = time.perf_counter() - started
     best_dir = paths.checkpoints / BEST_DIR
@@ -317,6 +323,7 @@ def _finish(
     checkpointer.mark_completed(True)
     tokens_per_step = cfg.batch_size * params.model.block_size
     steps_here = done - start
+    # Results only: a function of the run's inputs, the same for every run of the same params and data.
     metrics = {
         "steps": done,
         "tokens": done * tokens_per_step,
@@ -325,6 +332,10 @@ def _finish(
         "best_val_loss": round(stopper.best, 6),
         "stopped_early": stopper.should_stop,
         "parameters": model.num_params(non_embedding=False),
+    }
+    # How this run went: which run, where it resumed, where its time went, on what.
+    run_record = {
+        "run_id": run_id,
         "resumed_from_step": start,
         "wall_s": round(elapsed, 2),
         # Where this process's wall time went (the rest is the optimiser steps and the step log).
@@ -335,10 +346,17 @@ def _finish(
         "threads": cfg.threads,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "machine_kinds": parts.machines.kinds(),  # which machine kind trained which steps
-        "run_id": run_id,
     }
+    write_json(paths.run_record_path(), run_record)  # before the metrics: they mark the run finished
     write_json(paths.metrics, metrics, hooks.write_points("metrics", done))
-    return metrics
+    return metrics | run_record
+
+
+def _remove_results(paths: TrainPaths) -> None:
+    """A previous run's results go when this run's logs are (re)written: the logs survive a failed stage (DVC keeps
+    them, ``persist``), and the files beside them must always belong to the same run."""
+    for path in (paths.metrics, paths.run_record_path()):
+        path.unlink(missing_ok=True)
 
 
 def mean_tail_loss(rows: list[dict]) -> float:

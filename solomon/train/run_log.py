@@ -1,15 +1,16 @@
-"""The training run's logs as it writes them: the per-step TSV (the DVC plot) and the JSON-lines record of each
-evaluation with its sample generations, in the formats ``solomon.records`` owns. Rows are appended and flushed
-as they happen, and the rows so far are part of every checkpoint: a resume rewrites both files from the
-checkpoint (DVC deletes a stage's outputs before rerunning it), so the finished logs have no duplicated and no
-missing steps."""
+"""The training run's logs as it writes them: the per-step TSV (a DVC plot), the JSON-lines record of each
+evaluation with its sample generations, and beside it the evaluations' validation losses as a TSV (a DVC plot: DVC
+cannot read JSON lines), in the formats ``solomon.records`` owns. Rows are appended and flushed as they happen, and
+the rows so far are part of every checkpoint. The files are DVC ``persist`` outputs, so they survive a failed stage:
+opening them always rewrites them whole from the rows held — none on a fresh run, the checkpoint's on a resume — so
+the finished logs have no duplicated, no missing and no stale steps."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from solomon.atomic import write_text
-from solomon.records import STEP_HEADER, eval_line, step_line
+from solomon.records import STEP_HEADER, VAL_LOSS_FILE, VAL_LOSS_HEADER, eval_line, step_line, val_loss_line
 from solomon.train.hooks import NO_HOOKS, Hooks
 
 
@@ -17,16 +18,19 @@ class RunLog:
     def __init__(self, steps_path: Path, evals_path: Path, hooks: Hooks = NO_HOOKS) -> None:
         self.steps_path = steps_path
         self.evals_path = evals_path
+        self.val_loss_path = evals_path.with_name(VAL_LOSS_FILE)
         self.hooks = hooks
         self.steps: list[dict] = []
         self.evals: list[dict] = []
 
     def open(self) -> None:
-        """Write the rows held so far (none for a fresh run), then keep both files open for appending."""
+        """Write the rows held so far (none for a fresh run), then keep the files open for appending."""
         write_text(self.steps_path, STEP_HEADER + "".join(map(step_line, self.steps)))
         write_text(self.evals_path, "".join(map(eval_line, self.evals)))
+        write_text(self.val_loss_path, VAL_LOSS_HEADER + "".join(map(val_loss_line, self.evals)))
         self._steps_file = open(self.steps_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
         self._evals_file = open(self.evals_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
+        self._val_loss_file = open(self.val_loss_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
         self.hooks.crash_point("logs-open", len(self.steps))
 
     def step(self, row: dict) -> None:
@@ -39,11 +43,14 @@ class RunLog:
         self.evals.append(record)
         self._evals_file.write(eval_line(record))
         self._evals_file.flush()
+        self._val_loss_file.write(val_loss_line(record))
+        self._val_loss_file.flush()
         self.hooks.crash_point("eval-log", record["step"])
 
     def close(self) -> None:
         self._steps_file.close()
         self._evals_file.close()
+        self._val_loss_file.close()
 
     def state_dict(self) -> dict:
         return {"steps": list(self.steps), "evals": list(self.evals)}

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 
 from solomon.model.gpt import GPT
+from solomon.train.optimizer import Optimizer
 
 
 def autocast_for(precision: str) -> Callable[[], contextlib.AbstractContextManager]:
@@ -53,7 +54,7 @@ def accumulate_gradients(
 def train_step(
     model: GPT,
     step_model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Optimizer,
     micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
     lr: float,
     label_smoothing: float,

@@ -1,0 +1,55 @@
+"""A docs page with ``queue: true``: its runs are queued with ``dvc exp run --queue`` and run by one
+``dvc exp run --run-all`` (the commands; the real queue runs in `solomon docs run sweep`)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from solomon.errors import SolomonError
+from solomon.tools import experiments
+
+DEFAULTS = {"params.lr.warmup": 200, "params.lr.peak": 0.001, "params.train.max_steps": 4000}
+
+
+def queued_spec() -> dict:
+    runs = {"a": {"lr.warmup": 1}, "b": {"lr.peak": 0.5}}
+    return {"base": {"train.max_steps": 5}, "pages": {"p": {"queue": True, "runs": runs, "charts": [], "columns": {}}}}
+
+
+def test_a_queued_page_queues_each_run_then_runs_the_queue_once() -> None:
+    lines = experiments.all_commands(queued_spec(), "p", DEFAULTS)
+    assert lines == [
+        "dvc exp run --queue -n p-a -S train.max_steps=5 -S lr.peak=0.001 -S lr.warmup=1",
+        "dvc exp run --queue -n p-b -S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200",
+        experiments.RUN_QUEUE,
+    ]
+    spec = queued_spec()
+    spec["pages"]["p"]["queue"] = False
+    assert experiments.RUN_QUEUE not in experiments.all_commands(spec, "p", DEFAULTS)
+
+
+def test_a_queued_page_refuses_run_options_and_a_non_boolean_queue(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    shutil.copyfile(ROOT / "params.yaml", tmp_path / "params.yaml")
+    path = tmp_path / "docs/experiments.yaml"
+    spec = queued_spec()
+    spec["pages"]["p"]["runs"]["b"] = {"params": {"lr.peak": 0.5}, "fresh": True}
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SolomonError, match=r"run b: unknown option 'fresh'.*queue: true"):
+        experiments.load_spec(path)
+    spec = queued_spec()
+    spec["pages"]["p"]["queue"] = "yes"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(SolomonError, match="`queue` must be true or false"):
+        experiments.load_spec(path)
+
+
+def test_the_sweep_page_is_queued() -> None:
+    spec = experiments.load_spec(ROOT / experiments.SPEC)
+    assert experiments.queued(spec, "sweep")
+    assert experiments.all_commands(spec, "sweep", experiments.default_values(ROOT))[-1] == experiments.RUN_QUEUE
