@@ -71,7 +71,7 @@ def test_a_shorter_stretch_and_another_thread_count_are_named(built_repo: Path) 
         (("--from-step", "7"), "--from-step 7: no anchor there; the run kept anchors at steps 20, 30"),
         (("--from-step", "30"), "the anchor at step 30 is the end of the run (30 steps)"),
         (("--steps", "50"), "--steps 50: the run logged 10 steps after step 20"),
-        (("no-such-run",), "not found"),
+        (("no-such-run",), "no run 'no-such-run'"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(built_repo: Path, args: tuple[str, ...], message: str) -> None:

@@ -370,8 +370,12 @@ def _chart(kind: str, results: dict[str, dict]):
                 markersize=3,
                 label=f"{run} (val ECE {ece:.4f})",
             )
-    if kind == "loss":  # from just under the lowest train loss to above the first evaluation: not the first steps
-        lowest = min(min(losses) for losses in smoothed.values())
+    if kind == "loss":  # from just under the lowest loss to above the first evaluation: not the first steps
+        # (with label smoothing the training loss includes the smoothing term, so it can sit above validation's)
+        lowest = min(
+            min(min(losses) for losses in smoothed.values()),
+            min(e["val_loss"] for res in results.values() for e in res["evals"]),
+        )
         highest = max(e["val_loss"] for res in results.values() for e in res["evals"])
         ax.set_ylim(lowest - 0.1, highest + 0.2)
     if kind == "reliability":
