@@ -189,30 +189,11 @@ def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path)
     measured = {}
     with staged_dir(data_dir) as tmp:
         for run, lines in commands(spec, page, default_values(source)).items():
-            before = []
-            for line in lines:
-                print(f"experiments: {line}", flush=True)
-                done = subprocess.run(
-                    [sys.executable, "-c", _MEASURE, "bash", "-c", line],
-                    cwd=repo,
-                    env=pipeline_env(),
-                    capture_output=True,
-                    text=True,
-                )
-                *output, report = done.stderr.strip().splitlines()  # the measuring wrapper's JSON comes last
-                figures = {"command": line, **json.loads(report)}
-                killed = f"{CRASH_AT}=" in line
-                if (figures["returncode"] != 0) != killed:  # a killed run must fail, every other must succeed
-                    message = last_line("\n".join(output))
-                    raise SolomonError(f"`{line}` exited {figures['returncode']}: {message}")
-                before.append(figures)
+            before = [_measured_run(line, repo) for line in lines]
             measured[run] = before.pop() | {"model_sha256": sha256_file(repo / WEIGHTS)}
             if before:
                 measured[run]["before"] = before
-            out = tmp / run
-            out.mkdir()
-            for path, name in RESULT_FILES.items():
-                shutil.copyfile(repo / path, out / name)
+            out = _keep_results(repo, tmp / run)
             write_json(out / MEASURED, measured[run])
             then = run_entry(spec["pages"][page]["runs"][run])[1].get("then", [])
             if then:
@@ -222,15 +203,25 @@ def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path)
 
 
 def _measured_run(line: str, repo: Path) -> dict:
-    """Run one command line under the measuring wrapper: {command, returncode, wall_s, peak_rss_mib}."""
+    """Run one command line under the measuring wrapper: {command, returncode, wall_s, peak_rss_mib}. A line that
+    kills its own training (the crash hook) must fail, every other must succeed."""
     print(f"experiments: {line}", flush=True)
     wrapped = [sys.executable, "-c", _MEASURE, "bash", "-c", line]
     done = subprocess.run(wrapped, cwd=repo, env=pipeline_env(), capture_output=True, text=True)
     *output, report = done.stderr.strip().splitlines()  # the measuring wrapper's JSON comes last
     figures = {"command": line, **json.loads(report)}
-    if figures["returncode"] != 0:
+    killed = f"{CRASH_AT}=" in line
+    if (figures["returncode"] != 0) != killed:
         raise SolomonError(f"`{line}` exited {figures['returncode']}: {last_line(chr(10).join(output))}")
     return figures
+
+
+def _keep_results(repo: Path, out: Path) -> Path:
+    """Copy a run's result files from the workspace ``repo`` into ``out`` under their run-directory names."""
+    out.mkdir()
+    for path, name in RESULT_FILES.items():
+        shutil.copyfile(repo / path, out / name)
+    return out
 
 
 def _run_queued_page(spec: dict, page: str, source: Path, repo: Path, data_dir: Path) -> dict[str, dict]:
@@ -249,10 +240,7 @@ def _run_queued_page(spec: dict, page: str, source: Path, repo: Path, data_dir: 
             subprocess.run(
                 ["dvc", "exp", "apply", f"{page}-{run}"], cwd=repo, env=pipeline_env(), capture_output=True, check=True
             )
-            out = tmp / run
-            out.mkdir()
-            for path, name in RESULT_FILES.items():
-                shutil.copyfile(repo / path, out / name)
+            out = _keep_results(repo, tmp / run)
             train_run = read_json(out / RunFiles.TRAIN_RUN)
             measured[run] = {
                 "command": queued_line["command"],
