@@ -147,12 +147,12 @@ class MuonParams(_Section):
 
 class TrainParams(_Section):
     seed: int = 1337
-    max_steps: PositiveInt = 4000
+    max_steps: PositiveInt = 3300
     batch_size: PositiveInt = 16  # sequences per optimiser step, across micro-batches (and ranks)
     accum_steps: PositiveInt = 1  # micro-batches per optimiser step; must divide batch_size
-    label_smoothing: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    label_smoothing: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
     # adamw: AdamW on every parameter; muon: Muon on the blocks' hidden matrices, AdamW on the rest
-    optimizer: Literal["adamw", "muon"] = "adamw"
+    optimizer: Literal["adamw", "muon"] = "muon"
     muon: MuonParams = MuonParams()
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.1  # both optimisers': on matrices and embeddings only
     beta1: Fraction = 0.9
@@ -185,7 +185,7 @@ class LrParams(_Section):
     """Noam schedule, written with its peak: lr(s) = peak · min(s / warmup, sqrt(warmup / s))."""
 
     schedule: Literal["noam"] = "noam"
-    peak: Annotated[float, Field(gt=0.0)] = 1e-3
+    peak: Annotated[float, Field(gt=0.0)] = 2e-3
     warmup: PositiveInt = 200
 
 

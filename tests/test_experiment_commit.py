@@ -69,10 +69,10 @@ def test_an_experiment_commits_its_run_directory_and_exp_show_shows_changed_para
     assert any(name.startswith(f"{baseline_run}/") for name in committed)  # persist: earlier runs stay
 
     # The second -S applies on top of the workspace's params.yaml, which holds the first experiment's: they stack.
-    dvc(repo, "exp", "run", "-n", "second", "-S", "lr.peak=0.002")
+    dvc(repo, "exp", "run", "-n", "second", "-S", "lr.peak=0.003")
     second = _exp_ref(repo, "second")
     lr = yaml.safe_load(_show(repo, second, PARAMS_FILE))["lr"]
-    assert (lr["warmup"], lr["peak"]) == (10, 0.002)
+    assert (lr["warmup"], lr["peak"]) == (10, 0.003)
 
     # `dvc exp show` for review: the two params, and the results that differ between the rows (no hashes, timings).
     header = run(EXP_SHOW, repo).stdout.splitlines()[0]  # `make exps`

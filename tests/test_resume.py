@@ -112,12 +112,12 @@ def test_sigterm_checkpoints_and_exits_143_then_sigkill_anywhere_and_resume_is_e
 def test_resume_is_refused_when_params_or_data_changed(built_repo: Path, tmp_path: Path) -> None:
     cwd = workdir(built_repo, tmp_path)
     assert run_train(built_repo, cwd, crash_at="after-step:15").returncode == -signal.SIGKILL
-    workdir(built_repo, cwd, {"lr": {"peak": 0.002}})
+    workdir(built_repo, cwd, {"lr": {"peak": 0.003}})
     refused = run_train(built_repo, cwd)
     assert refused.returncode == 2
     lines = refused.stderr.strip().splitlines()
     assert lines[-1].startswith(
-        "error: resume refused: params.lr.peak differs from the checkpoint at step 10 (0.001 → 0.002)"
+        "error: resume refused: params.lr.peak differs from the checkpoint at step 10 (0.002 → 0.003)"
     ), refused.stderr
 
     workdir(built_repo, cwd)  # params back as they were; now the data differs
@@ -133,7 +133,7 @@ def test_resume_is_refused_when_params_or_data_changed(built_repo: Path, tmp_pat
     allowed = run_train(built_repo, workdir(built_repo, cwd, {"train": {"max_steps": 40}}))
     assert allowed.returncode == 0, allowed.stderr  # max_steps may change on resume
     assert logged_steps(cwd) == 40
-    fresh = run_train(built_repo, workdir(built_repo, cwd, {"lr": {"peak": 0.002}}), extra=("--fresh",))
+    fresh = run_train(built_repo, workdir(built_repo, cwd, {"lr": {"peak": 0.003}}), extra=("--fresh",))
     assert fresh.returncode == 0, fresh.stderr
     assert "resuming" not in fresh.stderr
 

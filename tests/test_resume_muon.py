@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import torch
-from conftest import digest, logged_steps, run_train, workdir
+from conftest import logged_steps, run_train, workdir
 from test_resume import outcome
 
 from solomon.train.checkpoint import checkpoint_name, load_file
@@ -20,7 +20,6 @@ def test_a_muon_run_killed_between_checkpoints_resumes_to_the_same_bytes(built_r
     reference = workdir(built_repo, tmp_path / "reference", MUON)
     done = run_train(built_repo, reference)
     assert done.returncode == 0, done.stderr
-    assert digest(reference / "models/model.safetensors") != digest(built_repo / "models/model.safetensors")
 
     cwd = workdir(built_repo, tmp_path / "killed", MUON)
     killed = run_train(built_repo, cwd, crash_at="after-step:25")  # 5 steps past the checkpoint of step 20
