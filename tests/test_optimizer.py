@@ -57,9 +57,10 @@ def test_muon_takes_the_blocks_hidden_matrices_and_adamw_everything_else_once() 
     assert group["adjust_lr_fn"] == "match_rms_adamw" and (group["momentum"], group["ns_steps"]) == (0.95, 5)
 
 
-def test_adamw_is_the_default_and_groups_as_before() -> None:
+def test_muon_is_the_default_and_adamw_groups_as_before() -> None:
     model = tiny_model()
-    optimizer = build_optimizer(model, TrainParams(), 1e-3)
+    assert isinstance(build_optimizer(model, TrainParams(), 1e-3), MuonWithAdamW)  # the promised baseline
+    optimizer = build_optimizer(model, TrainParams(optimizer="adamw"), 1e-3)
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"]
     decayed, undecayed = optimizer.param_groups
     assert [p.dim() >= 2 for p in decayed["params"]] == [True] * len(decayed["params"])
