@@ -420,7 +420,7 @@ def _docs(args: argparse.Namespace) -> None:
     unknown = [page for page in pages if page not in spec["pages"]]
     if unknown:
         raise SolomonError(f"no page {unknown[0]!r} in {experiments.SPEC}: choose from {', '.join(spec['pages'])}")
-    defaults = experiments.default_values(root)
+    params = experiments.read_params(root)
     for page in pages:
         if args.docs_command == "run":
             with tempfile.TemporaryDirectory(prefix=f"solomon-docs-{page}-") as scratch:
@@ -428,7 +428,9 @@ def _docs(args: argparse.Namespace) -> None:
             for run, figures in measured.items():
                 rss = f", peak RSS {figures['peak_rss_mib']} MiB" if "peak_rss_mib" in figures else ""
                 print(f"{page}/{run}: {figures['wall_s']} s{rss}")
-        print(f"docs: {experiments.render_page(spec, page, root / 'docs', defaults)}")
+        print(f"docs: {experiments.render_page(spec, page, root / 'docs', params)}")
+        for line in experiments.stale_runs(spec, page, root / "docs", params):
+            print(f"docs: warning: {line}: rerun `solomon docs run {page}`", file=sys.stderr)
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:

@@ -19,12 +19,14 @@ from solomon.tools.scratch import TINY_OVERRIDES
 
 def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:
     """Pages, tables and charts rebuilt from docs/<page>/data/ are byte-identical to the committed ones: no page
-    shows a number or a figure its commands did not produce, and none names a command that was not run."""
+    shows a number or a figure its commands did not produce, none names a command that was not run, and a page
+    whose runs trained with other params than today's params.yaml gives (a default changed since it ran) says so
+    on the page — changing a default without rerunning or marking the pages it touches fails here."""
     spec = experiments.load_spec(ROOT / experiments.SPEC)
     docs = shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    defaults = experiments.default_values(ROOT)
+    defaults, params = experiments.default_values(ROOT), experiments.read_params(ROOT)
     for page, entry in spec["pages"].items():
-        experiments.render_page(spec, page, docs, defaults)
+        experiments.render_page(spec, page, docs, params)
         assert (docs / f"{page}.md").read_bytes() == (ROOT / "docs" / f"{page}.md").read_bytes(), page
         for chart in entry["charts"]:
             assert (docs / page / f"{chart}.png").read_bytes() == (ROOT / "docs" / page / f"{chart}.png").read_bytes()
@@ -52,6 +54,11 @@ def test_commands_set_every_varied_key_whatever_the_order() -> None:
         "a": ["dvc exp run -n p-a -S train.max_steps=5 -S lr.peak=0.001 -S lr.warmup=1"],
         "b": ["dvc exp run -n p-b -S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200"],
     }
+    spec["pages"]["p"]["params"] = {"train.optimizer": "adamw"}  # what every run of the page holds
+    assert experiments.commands(spec, "p", defaults)["a"] == [
+        "dvc exp run -n p-a -S train.max_steps=5 -S train.optimizer=adamw -S lr.peak=0.001 -S lr.warmup=1"
+    ]
+    del spec["pages"]["p"]["params"]
     spec["pages"]["p"]["runs"]["b"] = {"params": {"lr.peak": 0.5}, "fresh": True, "kill_after_step": 3}
     flags = "-S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200"
     assert experiments.commands(spec, "p", defaults)["b"] == [
@@ -122,11 +129,22 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     # Each run's files are its own: label smoothing changed the trained model, so its held-out loss.
     assert results["ls-0.0"]["metrics"]["val"]["loss"] != results["ls-0.2"]["metrics"]["val"]["loss"]
     assert [r["step"] for r in results["ls-0.2"]["steps"]] == list(range(1, 7))
+    # Each run kept the params.yaml it trained with: it follows from today's params.yaml and the page's commands,
+    # and a changed default (one the page does not set) makes every run stale, naming the key.
+    params = experiments.read_params(ROOT)
+    assert experiments.stale_runs(spec, "smoothing", docs, params) == []
+    params["model"]["dropout"] = 0.05
+    stale = experiments.stale_runs(spec, "smoothing", docs, params)
+    assert len(stale) == 3 and all("model.dropout ran 0.2, now 0.05" in line for line in stale), stale
+    (docs / "smoothing.md").write_text("# Smoothing\n\n<!-- experiments:start -->\n<!-- experiments:end -->\n")
+    stale_page = experiments.render_page(spec, "smoothing", docs, params).read_text()
+    assert "may not be what the commands below give today" in stale_page
+    assert "> - smoothing/ls-0.2: model.dropout ran 0.2" in stale_page
     (docs / "smoothing.md").write_text(
         "# Smoothing\n\nprose\n\n<!-- experiments:start -->\nold\n<!-- experiments:end -->\n"
     )
-    page = experiments.render_page(spec, "smoothing", docs, experiments.default_values(ROOT)).read_text()
-    assert page.startswith("# Smoothing\n\nprose\n") and "old" not in page
+    page = experiments.render_page(spec, "smoothing", docs, experiments.read_params(ROOT)).read_text()
+    assert page.startswith("# Smoothing\n\nprose\n") and "old" not in page and "may not be what" not in page
     assert measured["ls-0.2"]["command"] in page and "| ls-0.2 " in page and crash["command"] in page
     assert then.strip() in page
     assert all((docs / "smoothing" / f"{chart}.png").stat().st_size > 1000 for chart in ("reliability", "loss", "lr"))

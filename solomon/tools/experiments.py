@@ -4,15 +4,16 @@ tables and figures rebuilt from that data alone — so a page can be redrawn wit
 numbers its commands did not produce.
 
 ``docs/experiments.yaml`` holds ``base`` (params every run sets: small enough for 2 cores) and ``pages``: per page
-its ``runs`` (name → params), ``charts`` and ``columns`` (metrics for the results table). Every command of a page
+its ``runs`` (name → params), ``charts`` and ``columns`` (metrics for the results table), and optionally ``params``
+that all of the page's runs hold (the recipe a page studies, where it is not the default's). Every command of a page
 sets every key that any of its runs changes, so the commands do not depend on the order they run in, nor on what
 the workspace held before.
 
 Data of a page: ``docs/<page>/data/<run>/`` (the run's records under their run-directory names: metrics.json,
-train_metrics.json, train_run.json, train_log.tsv, train_evals.jsonl, reliability_{val,test}.json; and measured.json:
-command, wall seconds, peak RSS) and ``docs/<page>/data/exp_show.md`` with the command that printed it
-(exp_show.command). Data made before train_run.json existed has none: its train_metrics.json held both, and is read
-as both.
+train_metrics.json, train_run.json, train_log.tsv, train_evals.jsonl, reliability_{val,test}.json, the params.yaml
+it ran with; and measured.json: command, wall seconds, peak RSS) and ``docs/<page>/data/exp_show.md`` with the
+command that printed it (exp_show.command). Data made before train_run.json existed has none: its
+train_metrics.json held both, and is read as both.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -61,7 +63,10 @@ EXP_SHOW_TABLE, EXP_SHOW_COMMAND = "exp_show.md", "exp_show.command"  # the tabl
 CHARTS = ("loss", "lr", "reliability")
 # The files of a run the page is drawn from: workspace path → name in the run's data directory (as in a run
 # directory). All of the run's records but the data card, which is the same for every run of a page.
+# And the params.yaml it ran with (as DVC wrote it for the run), so that a page whose runs no longer follow from the
+# current params.yaml is caught (`stale_runs`), not silently shown.
 RESULT_FILES = dict(files for name, files in RECORD_FILES.items() if name not in ("datacard_md", "datacard_json"))
+RESULT_FILES[PARAMS_FILE] = RunFiles.PARAMS
 # `dvc exp show` for review (`make exps`, the docs' tables): the params that differ and the results (metrics.json,
 # train_metrics.json), nothing else. --drop (a regex each column name must not start with) takes DVC's bookkeeping
 # columns and every dependency's hash: a path with a "/", a .json/.lock/.py file, or a bare output directory; with a
@@ -98,6 +103,8 @@ def load_spec(path: Path = SPEC) -> dict:
         missing = [key for key in ("runs", "charts", "columns") if not isinstance(entry, dict) or key not in entry]
         if missing:
             raise SolomonError(f"{path}: page {page} has no `{missing[0]}`: give runs, charts and columns")
+        if not isinstance(entry.get("params", {}), dict):
+            raise SolomonError(f"{path}: page {page}: `params` must map params to the values all its runs hold")
         if not isinstance(entry.get("queue", False), bool):
             raise SolomonError(f"{path}: page {page}: `queue` must be true or false")
         unknown = [chart for chart in entry["charts"] if chart not in CHARTS]
@@ -112,7 +119,7 @@ def load_spec(path: Path = SPEC) -> dict:
                     f"use {', '.join(sorted(RUN_OPTIONS))} (none on a `queue: true` page: its runs start fresh)"
                 )
             try:  # every run's params must be valid before anything trains
-                Params.model_validate(merge(params, _nest(spec["base"] | overrides)))
+                Params.model_validate(merge(params, _nest(spec["base"] | entry.get("params", {}) | overrides)))
             except ValidationError as error:
                 raise SolomonError(f"{path}: page {page}, run {run}: {describe_error(error)}") from None
     return spec
@@ -148,11 +155,9 @@ def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
     Options: ``fresh`` removes the resumable training state first (`checkpoints/`), so the run starts at step 1;
     ``kill_after_step: N`` first runs the same experiment with the training process SIGKILLing itself after step
     N (the train stage's crash hook, ``solomon.train.hooks``), then runs it again, which resumes."""
-    runs = {run: run_entry(value) for run, value in spec["pages"][page]["runs"].items()}
-    varied = sorted({key for overrides, _ in runs.values() for key in overrides})
     result = {}
-    for run, (overrides, options) in runs.items():
-        settings = spec["base"] | {key: overrides.get(key, defaults[f"params.{key}"]) for key in varied}
+    for run, settings in run_settings(spec, page, defaults).items():
+        options = run_entry(spec["pages"][page]["runs"][run])[1]
         flags = " ".join(f"-S {shlex.quote(f'{key}={_setting(value)}')}" for key, value in settings.items())
         fresh = "rm -rf checkpoints && " if options.get("fresh") else ""
         queue = "--queue " if queued(spec, page) else ""
@@ -165,6 +170,39 @@ def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
     return result
 
 
+def run_settings(spec: dict, page: str, defaults: dict) -> dict[str, dict]:
+    """{run: the flat params its command sets}: the base, and every key any run of the page changes."""
+    entry = spec["pages"][page]
+    runs = {run: run_entry(value)[0] for run, value in entry["runs"].items()}
+    varied = sorted({key for overrides in runs.values() for key in overrides})
+    fixed = spec["base"] | entry.get("params", {})
+    return {
+        run: fixed | {key: overrides.get(key, defaults[f"params.{key}"]) for key in varied}
+        for run, overrides in runs.items()
+    }
+
+
+def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]:
+    """One line per run of the page whose recorded params.yaml is not what its command gives on ``params`` (the
+    current params.yaml, nested) — its numbers are from another recipe — naming the first differing keys."""
+    stale = []
+    for run, settings in run_settings(spec, page, flatten(params, "params")).items():
+        recorded_path = docs_dir / page / "data" / run / RunFiles.PARAMS
+        if not recorded_path.is_file():
+            stale.append(f"{page}/{run}: no record of the params it ran with (made before the runner kept them)")
+            continue
+        recorded = flatten(yaml.safe_load(recorded_path.read_text(encoding="utf-8")), "")
+        expected = flatten(merge(params, _nest(settings)), "")
+        differing = [
+            f"{key} ran {recorded.get(key, '(unset)')!r}, now {expected.get(key, '(unset)')!r}"
+            for key in sorted(recorded.keys() | expected.keys())
+            if recorded.get(key) != expected.get(key)
+        ]
+        if differing:
+            stale.append(f"{page}/{run}: " + "; ".join(differing[:3]) + ("; …" if len(differing) > 3 else ""))
+    return stale
+
+
 def queued(spec: dict, page: str) -> bool:
     return bool(spec["pages"][page].get("queue", False))
 
@@ -175,8 +213,12 @@ def all_commands(spec: dict, page: str, defaults: dict) -> list[str]:
     return [*lines, RUN_QUEUE] if queued(spec, page) else lines
 
 
+def read_params(repo: Path) -> dict:
+    return yaml.safe_load((repo / PARAMS_FILE).read_text(encoding="utf-8"))
+
+
 def default_values(repo: Path) -> dict:
-    return flatten(yaml.safe_load((repo / PARAMS_FILE).read_text(encoding="utf-8")), "params")
+    return flatten(read_params(repo), "params")
 
 
 def run_page(spec: dict, page: str, source: Path, scratch: Path, data_dir: Path) -> dict[str, dict]:
@@ -403,8 +445,30 @@ BLOCK = "<!-- generated by `solomon docs render` from docs/experiments.yaml and 
 START, END = "<!-- experiments:start -->", "<!-- experiments:end -->"
 
 
-def render_page(spec: dict, page: str, docs_dir: Path, defaults: dict) -> Path:
-    """Rewrite the generated block of ``docs/<page>.md`` and its charts from the page's data alone."""
+def _stale_notice(page: str, stale: list[str]) -> list[str]:
+    """The page says so itself when its results are not what its commands give on today's params.yaml."""
+    if not stale:
+        return []
+    head = (
+        "**These results may not be what the commands below give today**: runs whose params differ from what the"
+        " commands give on today's params.yaml, or were not recorded. `solomon docs run"
+        f" {page}` reruns them."
+    )
+    return [
+        *textwrap.wrap(head, 116, initial_indent="> ", subsequent_indent="> "),
+        *(
+            line
+            for stale_line in stale
+            for line in textwrap.wrap(stale_line, 116, initial_indent="> - ", subsequent_indent=">   ")
+        ),
+        "",
+    ]
+
+
+def render_page(spec: dict, page: str, docs_dir: Path, params: dict) -> Path:
+    """Rewrite the generated block of ``docs/<page>.md`` and its charts from the page's data alone; ``params`` is
+    today's params.yaml (nested), which sets the commands' other values and says whether the results are stale."""
+    defaults = flatten(params, "params")
     entry = spec["pages"][page]
     data_dir = docs_dir / page / "data"
     results = read_results(data_dir, list(entry["runs"]))
@@ -417,6 +481,7 @@ def render_page(spec: dict, page: str, docs_dir: Path, defaults: dict) -> Path:
     lines = [
         BLOCK.format(data=f"docs/{page}/data/"),
         "",
+        *_stale_notice(page, stale_runs(spec, page, docs_dir, params)),
         *(QUEUE_INTRO if queued(spec, page) else INTRO),
         "",
         "```sh",
