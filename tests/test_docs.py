@@ -24,7 +24,8 @@ def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:
     on the page — changing a default without rerunning or marking the pages it touches fails here."""
     spec = experiments.load_spec(ROOT / experiments.SPEC)
     docs = shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    defaults, params = experiments.default_values(ROOT), experiments.read_params(ROOT)
+    params = experiments.read_params(ROOT)
+    defaults = flatten(params, "params")
     for page, entry in spec["pages"].items():
         experiments.render_page(spec, page, docs, params)
         assert (docs / f"{page}.md").read_bytes() == (ROOT / "docs" / f"{page}.md").read_bytes(), page

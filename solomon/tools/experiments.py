@@ -119,7 +119,7 @@ def load_spec(path: Path = SPEC) -> dict:
                     f"use {', '.join(sorted(RUN_OPTIONS))} (none on a `queue: true` page: its runs start fresh)"
                 )
             try:  # every run's params must be valid before anything trains
-                Params.model_validate(merge(params, _nest(spec["base"] | entry.get("params", {}) | overrides)))
+                Params.model_validate(merge(params, _nest(fixed_settings(spec, page) | overrides)))
             except ValidationError as error:
                 raise SolomonError(f"{path}: page {page}, run {run}: {describe_error(error)}") from None
     return spec
@@ -170,12 +170,16 @@ def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
     return result
 
 
+def fixed_settings(spec: dict, page: str) -> dict:
+    """The flat params every run of a page sets whatever it varies: the base, then the page's own ``params``."""
+    return spec["base"] | spec["pages"][page].get("params", {})
+
+
 def run_settings(spec: dict, page: str, defaults: dict) -> dict[str, dict]:
-    """{run: the flat params its command sets}: the base, and every key any run of the page changes."""
-    entry = spec["pages"][page]
-    runs = {run: run_entry(value)[0] for run, value in entry["runs"].items()}
+    """{run: the flat params its command sets}: the fixed ones, and every key any run of the page changes."""
+    runs = {run: run_entry(value)[0] for run, value in spec["pages"][page]["runs"].items()}
     varied = sorted({key for overrides in runs.values() for key in overrides})
-    fixed = spec["base"] | entry.get("params", {})
+    fixed = fixed_settings(spec, page)
     return {
         run: fixed | {key: overrides.get(key, defaults[f"params.{key}"]) for key in varied}
         for run, overrides in runs.items()
