@@ -24,6 +24,12 @@ PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
+def Param(default: Any = ..., meaning: str = "", **constraints: Any) -> Any:
+    """One parameter: its default, its bounds and its one-line meaning, declared together. The meaning is what
+    params.yaml's comment and docs/params.md say (``solomon params --write`` renders both)."""
+    return Field(default, description=meaning, **constraints)
+
+
 class ParamError(ValueError):
     """A check across a section's fields, failing with the one ``field`` to change: the error names its dotted
     path (``train.accum_steps``), not the section."""
@@ -38,9 +44,11 @@ class _Section(BaseModel):
 
 
 class SplitParams(_Section):
-    val: Fraction = 0.05
-    test: Fraction = 0.05
-    salt: str = "solomon-split-v1"
+    """Each document's split is decided by a salted hash of its content, so it never moves between runs."""
+
+    val: Fraction = Param(0.05, "fraction of documents in the val split (above 0: training evaluates on it)")
+    test: Fraction = Param(0.05, "fraction in the test split (above 0); val + test must stay below 0.5")
+    salt: str = Param("solomon-split-v1", "salt of the content hash that assigns a document its split")
 
     @field_validator("val", "test")
     @classmethod
@@ -60,28 +68,42 @@ class SplitParams(_Section):
         return self
 
 
-class CardParams(_Section):
-    """Human-written data-card fields for a user corpus (the KJV's are built in)."""
+def _card_text(meaning: str) -> Any:
+    return Param(None, meaning)
 
-    pretty_name: str | None = None
-    license: str | None = None
-    language: list[str] | None = None
-    source_datasets: list[str] | None = None
-    motivation: str | None = None
-    composition: str | None = None
-    collection: str | None = None
-    uses: str | None = None
-    distribution: str | None = None
-    maintenance: str | None = None
-    known_limitations: str | None = None
+
+class CardParams(_Section):
+    """A user corpus's data-card text (the KJV's card is built in); the datacard stage alone reads it
+    (docs/corpus.md)."""
+
+    pretty_name: str | None = _card_text("the corpus's display name")
+    license: str | None = _card_text("its licence (an SPDX id where there is one)")
+    language: list[str] | None = _card_text("its languages (ISO 639-1 codes)")
+    source_datasets: list[str] | None = _card_text("the data sets it was drawn from")
+    motivation: str | None = _card_text("datasheet: why the corpus was made")
+    composition: str | None = _card_text("datasheet: what it holds")
+    collection: str | None = _card_text("datasheet: how it was collected")
+    uses: str | None = _card_text("datasheet: what it is and is not fit for")
+    distribution: str | None = _card_text("datasheet: how it is distributed")
+    maintenance: str | None = _card_text("datasheet: who maintains it")
+    known_limitations: str | None = _card_text("datasheet: its known limitations")
+
+
+KJV_SHA256 = "51a4d6ed5592001b9386e2f292d3953132a2662240eb8ad08533d625f1259717"
 
 
 class CorpusParams(_Section):
-    source: str = "kjv"
-    kjv_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    text_field: str = "text"
-    id_field: str | None = None
-    min_chars: Annotated[int, Field(ge=1)] = 1
+    """What the prepare stage reads: a source, normalised, deduplicated and split by content hash."""
+
+    source: str = Param(
+        "kjv", "kjv, or a directory or glob of .txt files, or a .jsonl file, under corpus/ (docs/corpus.md)"
+    )
+    kjv_sha256: str = Param(
+        KJV_SHA256, "the SHA256 the default corpus file must have; another file is refused", pattern=r"^[0-9a-f]{64}$"
+    )
+    text_field: str = Param("text", ".jsonl only: the field holding a document's text")
+    id_field: str | None = Param(None, ".jsonl only: the field holding a document id (null: file and line)")
+    min_chars: int = Param(1, "documents shorter than this after normalisation are dropped", ge=1)
     split: SplitParams = SplitParams()
     card: CardParams = CardParams()
 
@@ -98,18 +120,27 @@ class CorpusParams(_Section):
 
 
 class TokenizerParams(_Section):
-    vocab_size: Annotated[int, Field(ge=300, le=65536)] = 8192
-    min_frequency: PositiveInt = 2
-    eod_token: str = "<|endoftext|>"
+    """A byte-level BPE tokenizer (Hugging Face tokenizers) trained on the train split."""
+
+    vocab_size: int = Param(8192, "byte-level BPE vocabulary size", ge=300, le=65536)
+    min_frequency: PositiveInt = Param(2, "a pair merges only when seen at least this often")
+    eod_token: str = Param("<|endoftext|>", "the special token that ends every document")
 
 
 class ModelParams(_Section):
-    n_layer: PositiveInt = 6
-    n_head: PositiveInt = 6
-    n_embd: PositiveInt = 384
-    block_size: PositiveInt = 256
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.2
-    bias: bool = False
+    """The GPT decoder (solomon/model/gpt.py): pre-LayerNorm blocks, learned positions, tied embeddings."""
+
+    n_layer: PositiveInt = Param(6, "Transformer blocks")
+    n_head: PositiveInt = Param(6, "attention heads; must divide model.n_embd")
+    n_embd: PositiveInt = Param(384, "width of the residual stream")
+    block_size: PositiveInt = Param(256, "context length in tokens")
+    dropout: float = Param(
+        0.2,
+        "dropout on embeddings and residual branches (not attention probabilities: docs/performance.md)",
+        ge=0.0,
+        lt=1.0,
+    )
+    bias: bool = Param(False, "biases in linear layers and LayerNorm")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelParams:
@@ -122,52 +153,78 @@ class ModelParams(_Section):
 
 
 class EarlyStoppingParams(_Section):
-    """Stop when val loss has not improved by more than ``min_delta`` for ``patience`` evaluations (null: never)."""
+    """Stop when the validation loss has not improved by more than ``min_delta`` for ``patience`` evaluations."""
 
-    patience: PositiveInt | None = 5
-    min_delta: Annotated[float, Field(ge=0.0)] = 0.0
+    patience: PositiveInt | None = Param(5, "evaluations without improvement before stopping (null: never stop)")
+    min_delta: float = Param(0.0, "the improvement that counts", ge=0.0)
 
 
 class SampleParams(_Section):
     """Generations from fixed prompts at every evaluation, drawn from their own random stream."""
 
-    prompts: list[Annotated[str, Field(min_length=1)]] = ["In the beginning", "And the LORD said", "Blessed are"]
-    temperature: Annotated[float, Field(gt=0.0)] = 0.8
-    top_k: PositiveInt | None = 40
-    max_new_tokens: Annotated[int, Field(ge=0)] = 48
+    prompts: list[Annotated[str, Field(min_length=1)]] = Param(
+        ["In the beginning", "And the LORD said", "Blessed are"], "prompts generated from at every evaluation"
+    )
+    temperature: float = Param(0.8, "sampling temperature (also solomon generate's default)", gt=0.0)
+    top_k: PositiveInt | None = Param(40, "top-k of sampling (null: none)")
+    max_new_tokens: int = Param(48, "tokens generated per prompt", ge=0)
 
 
 class MuonParams(_Section):
-    """torch.optim.Muon on the blocks' hidden weight matrices, used only with ``train.optimizer: muon``."""
+    """torch.optim.Muon's settings on the blocks' hidden weight matrices, used only with ``train.optimizer: muon``."""
 
-    momentum: Fraction = 0.95
-    nesterov: bool = True
-    ns_steps: Annotated[int, Field(ge=1, lt=100)] = 5  # Newton-Schulz iterations per update (torch allows < 100)
+    momentum: Fraction = Param(0.95, "Muon's momentum")
+    nesterov: bool = Param(True, "Nesterov momentum for Muon")
+    ns_steps: int = Param(
+        5, "Newton-Schulz iterations orthogonalising each Muon update (torch allows < 100)", ge=1, lt=100
+    )
 
 
 class TrainParams(_Section):
-    seed: int = 1337
-    max_steps: PositiveInt = 3300
-    batch_size: PositiveInt = 16  # sequences per optimiser step, across micro-batches (and ranks)
-    accum_steps: PositiveInt = 1  # micro-batches per optimiser step; must divide batch_size
-    label_smoothing: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.1
-    # adamw: AdamW on every parameter; muon: Muon on the blocks' hidden matrices, AdamW on the rest
-    optimizer: Literal["adamw", "muon"] = "muon"
+    """The training loop (docs/training.md): optimiser, evaluation, checkpoints and the process layout."""
+
+    seed: int = Param(1337, "the seed every named random stream derives from")
+    max_steps: PositiveInt = Param(
+        3300, "optimiser steps (about 57 min with Muon on the AMD reference machine); raise it to extend a run"
+    )
+    batch_size: PositiveInt = Param(16, "sequences per optimiser step, across micro-batches and ranks")
+    accum_steps: PositiveInt = Param(
+        1, "micro-batches per step; accum_steps × nproc must divide batch_size (docs/accumulation.md)"
+    )
+    label_smoothing: float = Param(
+        0.1,
+        "label smoothing ε of the training loss; Noam + ε > 0 is the promised baseline (docs/sweep.md)",
+        ge=0.0,
+        lt=1.0,
+    )
+    optimizer: Literal["adamw", "muon"] = Param(
+        "muon", "adamw, or muon: Muon on the blocks' 2-D hidden weights, AdamW on the rest (docs/training.md)"
+    )
     muon: MuonParams = MuonParams()
-    weight_decay: Annotated[float, Field(ge=0.0)] = 0.1  # both optimisers': on matrices and embeddings only
-    beta1: Fraction = 0.9
-    beta2: Fraction = 0.95
-    clip: Annotated[float, Field(ge=0.0)] = 1.0  # max global grad norm; 0 disables clipping
-    eval_interval: PositiveInt = 200
-    eval_tokens: PositiveInt = 8192  # size of the fixed validation subset used during training
+    weight_decay: float = Param(
+        0.1,
+        "decoupled weight decay of weight matrices and embeddings (both optimisers), not biases or norm gains",
+        ge=0.0,
+    )
+    beta1: Fraction = Param(0.9, "AdamW β1")
+    beta2: Fraction = Param(0.95, "AdamW β2")
+    clip: float = Param(1.0, "maximum global gradient norm (0: no clipping); the pre-clip norm is logged", ge=0.0)
+    eval_interval: PositiveInt = Param(200, "steps between evaluations on the validation subset (and at the last step)")
+    eval_tokens: PositiveInt = Param(8192, "size of that subset: the first tokens of the val split")
     early_stopping: EarlyStoppingParams = EarlyStoppingParams()
     samples: SampleParams = SampleParams()
-    ckpt_interval: PositiveInt = 200
-    keep_checkpoints: PositiveInt = 3
-    compile: bool = False
-    precision: Literal["fp32", "bf16"] = "bf16"
-    threads: PositiveInt = 2  # per process
-    nproc: PositiveInt = 1  # data-parallel processes (torchrun on this machine); each takes its slice of a batch
+    ckpt_interval: PositiveInt = Param(
+        200, "steps between checkpoints (also at the end and on SIGTERM/SIGINT); may change on resume"
+    )
+    keep_checkpoints: PositiveInt = Param(3, "how many checkpoints are kept; may change on resume")
+    compile: bool = Param(False, "wrap the model in torch.compile (no gain here; not covered by the resume tests)")
+    precision: Literal["fp32", "bf16"] = Param(
+        "bf16", "bf16 (CPU autocast, same bytes on resume) or fp32; a run resumes only in its own precision"
+    )
+    threads: PositiveInt = Param(2, "torch threads per process")
+    nproc: PositiveInt = Param(
+        1, "data-parallel processes; above 1 the stage runs itself under torchrun (docs/kubernetes.md)"
+    )
 
     @model_validator(mode="after")
     def _accum_divides_batch(self) -> TrainParams:
@@ -182,45 +239,51 @@ class TrainParams(_Section):
 
 
 class LrParams(_Section):
-    """Noam schedule, written with its peak: lr(s) = peak · min(s / warmup, sqrt(warmup / s))."""
+    """Noam: lr(s) = peak · min(s / warmup, sqrt(warmup / s)), s the 1-based step."""
 
-    schedule: Literal["noam"] = "noam"
-    peak: Annotated[float, Field(gt=0.0)] = 2e-3
-    warmup: PositiveInt = 200
+    schedule: Literal["noam"] = Param("noam", "noam, the only schedule")
+    peak: float = Param(2e-3, "the learning rate at step lr.warmup (the sweep's best with Muon: docs/sweep.md)", gt=0.0)
+    warmup: PositiveInt = Param(200, "steps of linear warm-up (docs/warmup.md)")
 
 
 class EvalParams(_Section):
-    batch_size: PositiveInt = 16
-    max_tokens: PositiveInt | None = None
-    threads: PositiveInt = 2
-    calibration_bins: int = Field(15, ge=2)  # equal-mass bins of the ECE and the reliability diagram
+    """Held-out scoring: perplexity, bits per byte and calibration (docs/calibration.md)."""
+
+    batch_size: PositiveInt = Param(16, "sequences per batch when scoring, during training and in the evaluate stage")
+    max_tokens: PositiveInt | None = Param(
+        None, "tokens of each split the evaluate stage scores (null: the whole split)"
+    )
+    threads: PositiveInt = Param(2, "torch threads of the evaluate stage")
+    calibration_bins: int = Param(
+        15, "bins of equal token count (by top-1 confidence) of the ECE, MCE and reliability diagram", ge=2
+    )
 
 
 class ReportParams(_Section):
-    root: str = "reports/training"
+    """The run directories."""
+
+    root: str = Param("reports/training", "where run directories are written")
 
 
 class TrackingParams(_Section):
-    """MLflow: live from the training loop, then the report. Not a dependency of any stage's outputs."""
+    """MLflow, live from the training loop and again by the report; changes no stage's outputs (docs/tracking.md)."""
 
-    enabled: bool = True  # MLFLOW_TRACKING_URI, else SQLite mlflow.db at the repository root
+    enabled: bool = Param(True, "log to MLflow: MLFLOW_TRACKING_URI, else SQLite mlflow.db at the repository root")
 
 
-METRIC_NAMES = ("loss", "perplexity", "bits_per_byte", "accuracy")
 MetricKey = Annotated[str, Field(pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte|accuracy)$")]
-
-
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+PathText = Annotated[str, Field(min_length=1)]
 
 
 class RequireParams(_Section):
-    """What the gate demands beyond a run that verifies against its own manifest (nothing by default). Paths are
-    repository-relative or absolute and must lie outside the run directory: a key or digest shipped with the run
-    would vouch for itself."""
+    """What the gate demands beyond a run that verifies against its own manifest (nothing by default; docs/audit.md).
+    Paths are repository-relative or absolute and must lie outside the run directory: a key or digest shipped with
+    the run would vouch for itself."""
 
-    signature: Annotated[str, Field(min_length=1)] | None = None  # PEM public key: manifest.sig must verify with it
-    digest_file: Annotated[str, Field(min_length=1)] | None = None  # a file holding the manifest SHA256 to expect
-    digest_env: EnvName | None = None  # or the environment variable holding it
+    signature: PathText | None = Param(None, "a PEM public key: the run's manifest.sig must verify with it")
+    digest_file: PathText | None = Param(None, "a file holding the manifest SHA256 the run must have ...")
+    digest_env: EnvName | None = Param(None, "... or the environment variable holding it")
 
     @model_validator(mode="after")
     def _one_digest_source(self) -> RequireParams:
@@ -232,20 +295,28 @@ class RequireParams(_Section):
 
 
 class PromoteParams(_Section):
-    """The promotion gate: what the run must carry (``require``), thresholds on the held-out metrics, then no
-    regression against the champion."""
+    """`solomon promote`'s gate: what the run must carry, thresholds on the held-out metrics, then no regression
+    against the champion."""
 
-    model_name: str = "solomon"
-    alias: str = "champion"
-    max: dict[MetricKey, float] = {"test.bits_per_byte": 1.6}  # refuse above
-    min: dict[MetricKey, float] = {}  # e.g. {test.accuracy: 0.2}: refuse below
-    compare: Annotated[str, Field(pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte)$")] = "test.bits_per_byte"
-    tolerance: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0  # relative: how much worse than the champion passes
+    model_name: str = Param("solomon", "the registered model in MLflow")
+    alias: str = Param("champion", "the alias that names the serving version")
+    max: dict[MetricKey, float] = Param(
+        {"test.bits_per_byte": 1.6}, "refuse when a held-out metric (val.* / test.*) is above its maximum"
+    )
+    min: dict[MetricKey, float] = Param({}, "refuse when one is below its minimum (e.g. test.accuracy)")
+    compare: str = Param(
+        "test.bits_per_byte",
+        "lower is better; refuse a regression against the champion ...",
+        pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte)$",
+    )
+    tolerance: float = Param(0.0, "... beyond this relative margin", ge=0.0, lt=1.0)
     require: RequireParams = RequireParams()
 
 
 class Params(_Section):
-    corpus: CorpusParams
+    """params.yaml: one section per stage (the headings of docs/params.md name the stages that read each)."""
+
+    corpus: CorpusParams = CorpusParams()
     tokenizer: TokenizerParams = TokenizerParams()
     model: ModelParams = ModelParams()
     train: TrainParams = TrainParams()

@@ -24,6 +24,8 @@ WEIGHTS = f"{MODEL_DIR}/{WEIGHTS_FILE}"
 MODEL_CONFIG = f"{MODEL_DIR}/{CONFIG_FILE}"
 PARAMS_FILE = "params.yaml"  # at the repository root
 DVC_LOCK = "dvc.lock"
+DVC_YAML = "dvc.yaml"  # the pipeline: its stages, their commands, deps, params and outputs
+CHECKED_DIR = "data/checked"  # the check stage's output: <stage>.json, the validated params each later stage reads
 REPORTS_DIR = "reports"
 TOKENIZER = "data/tokenizer.json"
 TOKENS_DIR = "data/tokens"
@@ -50,6 +52,10 @@ SPLITS = ("val", "test")  # the held-out splits
 
 MODEL_FILES = (WEIGHTS, MODEL_CONFIG)  # what the registry version stands for
 SERVING_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER)  # what a server or `solomon generate` loads
+
+
+def checked_params_path(stage: str) -> str:
+    return f"{CHECKED_DIR}/{stage}.json"
 
 
 def reliability_path(split: str) -> str:

@@ -1,29 +1,39 @@
-"""Stage check: params.yaml and the corpus are valid → data/checked.json (the same bytes whenever they are).
+"""Stage check: params.yaml and the corpus are valid → data/checked/<stage>.json, the validated params of each
+later stage (the same bytes while those values are).
 
 The first stage, so that a bad param or a broken corpus stops `dvc repro` / `dvc exp run` with one line before
 DVC deletes any other stage's outputs (it deletes a stage's outputs just before running that stage). It validates
-the whole params file and reads the corpus as the prepare stage will; its output does not change when the inputs
-are valid, so a passing check never reruns anything after it.
+the whole params file and reads the corpus as the prepare stage will. Its command names each later stage with the
+params dvc.yaml lists for it (written there by `solomon deps --write`, so a changed list reruns check). Each later
+stage depends on its own file here instead of on the params code: editing a meaning or a comment in
+solomon/params.py reruns this stage alone, while a change in what a stage is given reruns that stage.
 """
 
 import argparse
-from pathlib import Path
 
 from solomon.atomic import write_json
 from solomon.data.corpus import prepare
 from solomon.errors import run_main
 from solomon.params import load_params
-from solomon.records import PARAMS_FILE
+from solomon.pipeline import selected, stage_and_params
+from solomon.records import PARAMS_FILE, checked_params_path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("out", type=Path, help="the marker written when everything is valid")
+    parser.add_argument(
+        "stages",
+        nargs="*",
+        type=stage_and_params,
+        metavar="STAGE:PARAMS",
+        help="a later stage and the params it reads as dvc.yaml lists them (train:model,train,lr,eval.batch_size)",
+    )
     args = parser.parse_args()
     params = load_params()
     prepare(params.corpus)  # every corpus error the prepare stage would meet, met here first
-    write_json(args.out, {"valid": [PARAMS_FILE, "corpus.source"]})
-    print(f"check: {PARAMS_FILE} and corpus.source are valid")
+    for stage, names in args.stages:
+        write_json(checked_params_path(stage), selected(params, names))
+    print(f"check: {PARAMS_FILE} and corpus.source are valid; validated params for {len(args.stages)} stages")
 
 
 if __name__ == "__main__":

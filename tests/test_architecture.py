@@ -77,7 +77,10 @@ def test_the_loop_and_its_collaborators_read_no_environment_variable(name: str) 
 def test_the_fingerprint_hashes_the_loop_import_closure() -> None:
     from solomon.train.fingerprint import LOOP
 
-    names = relative_names(closure(LOOP))
+    from solomon.train.fingerprint import NOT_CODE
+
+    names = relative_names(closure(LOOP, exclude=NOT_CODE))
+    assert "solomon/params.py" not in names  # its values are fingerprinted, not its text
     for expected in ("solomon/train/loop.py", "solomon/model/gpt.py", "solomon/data/tokenizer.py",
                      "solomon/evaluation/heldout.py", "solomon/rng.py"):  # fmt: skip
         assert expected in names
@@ -92,38 +95,28 @@ def test_closure_follows_lazy_imports_and_parent_packages(tmp_path: Path) -> Non
     assert not [name for name in relative_names(closure(script, exclude=("solomon.audit",)))]
 
 
-# Package code a stage runs that cannot change its outputs: tracking only mirrors the run to MLflow (the train
-# stage imports it lazily, when tracking.enabled). Everything else a stage script imports is a code dependency.
-OUTPUT_NEUTRAL = {"train": ("solomon.tracking",)}
+def test_dvc_yaml_code_deps_are_what_solomon_deps_writes() -> None:
+    """Each stage's code deps are its script's import closure (solomon/tools/stage_deps.py): never edited by hand."""
+    from solomon.tools import stage_deps
+
+    assert stage_deps.is_fresh(PACKAGE_DIR.parent), "dvc.yaml's code deps are stale: run `solomon deps --write`"
 
 
-def stage_code_deps(stage: dict) -> set[str]:
-    """The stage's dependencies inside the package, directories expanded to their Python files."""
-    root = PACKAGE_DIR.parent
-    found: set[str] = set()
-    for dep in stage.get("deps", []):
-        path = root / dep
-        if not dep.startswith("solomon/"):
-            continue
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-        found |= {f.relative_to(root).as_posix() for f in files}
-    return found
-
-
-def test_each_stage_depends_on_exactly_the_package_code_its_script_runs() -> None:
+def test_stages_after_check_depend_on_their_checked_params_not_on_the_params_code() -> None:
     import yaml
 
-    root = PACKAGE_DIR.parent
-    stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    from solomon.records import checked_params_path
+
+    stages = yaml.safe_load((PACKAGE_DIR.parent / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     for name, stage in stages.items():
-        script = root / "stages" / f"{name}.py"
-        assert f"stages/{name}.py" in stage["deps"], name
-        runs = set(relative_names(closure(script, exclude=OUTPUT_NEUTRAL.get(name, ()))))
-        listed = stage_code_deps(stage)
-        assert listed == runs, (
-            f"dvc.yaml stage {name!r}: missing {sorted(runs - listed)}, not run {sorted(listed - runs)}; "
-            f"its code deps are: {sorted(runs)}"
-        )
+        if name == "check":
+            assert "solomon/params.py" in stage["deps"]
+            continue
+        assert "solomon/params.py" not in stage["deps"], name
+        assert checked_params_path(name) in stage["deps"], name
+        assert checked_params_path(name) in stages["check"]["outs"], name
+        script = PACKAGE_DIR.parent / "stages" / f"{name}.py"
+        assert "solomon/params.py" in relative_names(closure(script)), f"{name} reads its params through the model"
 
 
 def test_the_train_stage_params_are_the_fingerprint_params() -> None:

@@ -32,10 +32,10 @@ WATCHED = ("data", "models", "checkpoints", "reports")
 
 
 def outputs(workspace) -> dict:
-    """Every output a bad input must leave alone; the check stage's own marker (which DVC removes just before
-    running it, and which carries nothing) aside."""
+    """Every output a bad input must leave alone; the check stage's own outputs (which DVC removes just before
+    running it, and which a valid run writes again with the same bytes) aside."""
     found = {name: tree_digest(workspace / name) for name in WATCHED}
-    found["data"].pop("checked.json", None)
+    found["data"] = {path: sha for path, sha in found["data"].items() if not path.startswith("checked/")}
     return found
 
 

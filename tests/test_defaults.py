@@ -1,43 +1,53 @@
-"""Facts stated in two places are held equal here, so that they cannot drift: params.yaml and the validators'
-defaults, the model params and the model's config, requirements.in and pyproject.toml's dependencies."""
+"""Facts with one owner and a derived copy, held equal here: params.yaml and docs/params.md rendered from the
+params models, the model params and the model's config, requirements.in and pyproject.toml's dependencies."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 import tomllib
+from pathlib import Path
 
-import yaml
 from conftest import ROOT
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from solomon.model.gpt import GPTConfig
-from solomon.params import ModelParams, Params, flatten, load_params
+from solomon.params import ModelParams, Params, flatten, load_params, read_yaml
+from solomon.tools import params_files
 
-# Keys params.yaml may leave out: a user corpus's data-card fields (all None, the KJV's card is built in).
-UNWRITTEN = ("corpus.card.",)
 CONFIG_KEYS = ["vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias"]  # config.json, in order
 
 
-def default_params() -> Params:
-    """Every validator default; corpus.kjv_sha256 has none (the pinned hash lives in params.yaml only)."""
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    return Params.model_validate({"corpus": {"kjv_sha256": raw["corpus"]["kjv_sha256"]}})
+def test_params_yaml_and_its_docs_page_are_rendered_from_the_models() -> None:
+    """Each key's default, bounds and meaning have one owner (solomon/params.py); params.yaml's comments and
+    docs/params.md are written from it."""
+    assert params_files.stale(ROOT) == [], "run `solomon params --write`"
 
 
-def test_validator_defaults_are_params_yaml() -> None:
-    defaults = flatten(default_params().model_dump(mode="json"))
-    written = flatten(load_params(ROOT / "params.yaml").model_dump(mode="json"))
-    assert set(defaults) == set(written)
-    drifted = {key: (defaults[key], written[key]) for key in written if defaults[key] != written[key]}
-    assert not drifted, f"validator default vs params.yaml: {drifted}"
+def test_the_committed_params_yaml_holds_the_defaults() -> None:
+    assert load_params(ROOT / "params.yaml") == Params()
 
 
-def test_params_yaml_writes_every_key() -> None:
-    raw = flatten(yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")))
-    every = flatten(default_params().model_dump(mode="json"))
-    assert sorted(raw) == sorted(key for key in every if not key.startswith(UNWRITTEN))
+def test_params_yaml_writes_every_key_but_an_unset_data_card() -> None:
+    raw = flatten(read_yaml(ROOT / "params.yaml"))
+    every = flatten(Params().model_dump(mode="json"))
+    assert sorted(raw) == sorted(key for key in every if not key.startswith("corpus.card."))
+
+
+def test_rendering_keeps_a_users_values_and_refreshes_only_comments(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    (tmp_path / "docs").mkdir()
+    text = (ROOT / "params.yaml").read_text(encoding="utf-8").replace("warmup: 200", "warmup: 400")
+    text = text.replace("# steps of linear warm-up", "# my own note").replace("card: {}", "card: {license: cc0-1.0}")
+    (tmp_path / "params.yaml").write_text(text, encoding="utf-8")
+    before = load_params(tmp_path / "params.yaml")
+    assert set(params_files.write(tmp_path)) == {"params.yaml", "docs/params.md"}
+    assert load_params(tmp_path / "params.yaml") == before  # values kept: warmup 400, the licence
+    written = (tmp_path / "params.yaml").read_text(encoding="utf-8")
+    assert "warmup: 400" in written and "my own note" not in written and "license: cc0-1.0" in written
+    assert params_files.write(tmp_path) == []  # a second render is a no-op
 
 
 def test_gpt_config_comes_from_the_model_params() -> None:

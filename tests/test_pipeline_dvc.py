@@ -114,6 +114,45 @@ def test_eval_param_change_reruns_only_check_evaluate_and_report(repo_copy: Path
     assert json.loads((repo_copy / "metrics.json").read_text())["val"]["tokens"] == 2048
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ('"Transformer blocks"', '"Transformer blocks of the decoder"'),  # a parameter's meaning
+        ("class ModelParams(_Section):", "class ModelParams(_Section):  # a comment"),
+    ],
+    ids=["meaning", "comment"],
+)
+def test_editing_the_params_code_without_changing_a_value_reruns_only_check(repo_copy: Path, edit) -> None:
+    """The stages after check depend on what check validated for them (data/checked/<stage>.json), not on
+    solomon/params.py: a meaning or a comment there must not rerun an hour of training."""
+    code = repo_copy / "solomon/params.py"
+    text = code.read_text(encoding="utf-8")
+    assert edit[0] in text
+    code.write_text(text.replace(edit[0], edit[1], 1), encoding="utf-8")
+    done = dvc(repo_copy, "repro")
+    assert ran_stages(done.stdout) == {"check"}, done.stdout
+    assert "up to date" in dvc(repo_copy, "status").stdout
+
+
+def test_a_changed_params_list_reruns_check_for_that_stage(repo_copy: Path) -> None:
+    """check's command names each stage's params (solomon deps --write), so a stage given a new param gets it in
+    its checked file at once, not at some later check."""
+    from solomon.tools import stage_deps
+
+    dvc_yaml = repo_copy / "dvc.yaml"
+    dvc_yaml.write_text(
+        dvc_yaml.read_text(encoding="utf-8").replace(
+            "      - eval\n    metrics:", "      - eval\n      - tracking\n    metrics:"
+        ),
+        encoding="utf-8",
+    )
+    assert not stage_deps.is_fresh(repo_copy)
+    stage_deps.write(repo_copy)
+    done = dvc(repo_copy, "repro")
+    assert {"check", "evaluate"} <= ran_stages(done.stdout) <= {"check", "evaluate", "report"}, done.stdout
+    assert "tracking" in json.loads((repo_copy / "data/checked/evaluate.json").read_text())
+
+
 def test_exp_run_changes_warmup_and_metrics_diff_shows_it(repo_copy: Path) -> None:
     run(["git", "add", "-A"], repo_copy)
     run(["git", "commit", "-q", "-m", "baseline run"], repo_copy)

@@ -16,8 +16,10 @@ from solomon.hashing import sha256_file
 from solomon.imports import closure, relative_names
 from solomon.params import Params, flatten
 
-# The code a checkpoint depends on: every package module the training loop runs, derived from its imports.
+# The code a checkpoint depends on: every package module the training loop runs, derived from its imports, but the
+# params code, whose validated values are below (as the train stage depends on data/checked/train.json, not on it).
 LOOP = Path(__file__).with_name("loop.py")
+NOT_CODE = ("solomon.params",)
 # The params that change what training computes or records: these sections and keys (dvc.yaml's train stage
 # lists the same; a test holds them equal) ...
 TRAINING_PARAMS = ("model", "train", "lr", "eval.batch_size")  # eval.batch_size: the periodic evaluations' batches
@@ -37,7 +39,8 @@ def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -
     values["data.val.bin"] = sha256_file(tokens_dir / "val.bin")
     if tokenizer_path is not None:
         values["tokenizer"] = sha256_file(tokenizer_path)
-    for name, path in zip(relative_names(closure(LOOP)), closure(LOOP), strict=True):
+    code = closure(LOOP, exclude=NOT_CODE)
+    for name, path in zip(relative_names(code), code, strict=True):
         values[f"code.{name}"] = sha256_file(path)
     # Threads, precision and compile are params (train.*) and so already above.
     values["environment.torch"] = str(torch.__version__)

@@ -1,0 +1,59 @@
+"""The pipeline as dvc.yaml declares it: each stage's params and command, read in one place.
+
+dvc.yaml owns which params each stage reads (DVC reruns a stage when they change) and each stage's command; the
+check stage, the code-dependency writer, bench and the tests read them from here rather than spelling them again.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from solomon.params import Params, read_yaml
+from solomon.records import DVC_YAML
+
+CHECK_STAGE = "check"  # validates everything first; the stages after it depend on what it validated
+
+
+def stages(repo: Path) -> dict[str, dict]:
+    return read_yaml(repo / DVC_YAML)["stages"]
+
+
+def stage_params(repo: Path) -> dict[str, list[str]]:
+    """Each stage's params as dvc.yaml lists them: sections (``model``) or dotted keys (``eval.batch_size``)."""
+    return {name: [str(p) for p in stage.get("params", [])] for name, stage in stages(repo).items()}
+
+
+def checked_stages(repo: Path) -> dict[str, list[str]]:
+    """The stages after check that read params: the check stage writes each one's validated values."""
+    return {name: names for name, names in stage_params(repo).items() if name != CHECK_STAGE and names}
+
+
+def stage_and_params(text: str) -> tuple[str, list[str]]:
+    """``train:model,train,lr`` → ("train", ["model", "train", "lr"]): the check stage's arguments."""
+    stage, _, names = text.partition(":")
+    if not stage or not names:
+        raise ValueError(f"{text!r}: expected STAGE:PARAM[,PARAM...]")
+    return stage, names.split(",")
+
+
+def check_arguments(checked: dict[str, list[str]]) -> list[str]:
+    return [f"{stage}:{','.join(names)}" for stage, names in checked.items()]
+
+
+def stage_command(repo: Path, stage: str) -> list[str]:
+    """A stage's command as argv (``python stages/train.py ...``), to run it outside DVC the way DVC does."""
+    return shlex.split(stages(repo)[stage]["cmd"])
+
+
+def selected(params: Params, names: list[str]) -> dict[str, Any]:
+    """The validated values of ``names`` (sections or dotted keys), as JSON-ready data keyed by those names."""
+    values: dict[str, Any] = {}
+    every = params.model_dump(mode="json")
+    for name in names:
+        value: Any = every
+        for part in name.split("."):
+            value = value[part]
+        values[name] = value
+    return values
