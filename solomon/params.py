@@ -366,9 +366,13 @@ _Yaml12Loader.add_implicit_resolver(
 )
 
 
+def parse_yaml(text: str) -> Any:
+    """YAML text as params are read (numbers as YAML 1.2 reads them): every YAML file Solomon reads goes here."""
+    return yaml.load(text, Loader=_Yaml12Loader)
+
+
 def read_yaml(path: Path) -> Any:
-    """A YAML file as params are read (numbers as YAML 1.2 reads them)."""
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_Yaml12Loader)
+    return parse_yaml(path.read_text(encoding="utf-8"))
 
 
 def load_params(path: str | Path = PARAMS_FILE) -> Params:

@@ -7,6 +7,8 @@ check stage, the code-dependency writer, bench and the tests read them from here
 from __future__ import annotations
 
 import shlex
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,12 @@ from solomon.params import Params, read_yaml
 from solomon.records import DVC_YAML
 
 CHECK_STAGE = "check"  # validates everything first; the stages after it depend on what it validated
+
+
+def dvc_executable() -> str:
+    """The dvc this interpreter installed (the project's .venv), else the one on PATH: every tool runs this one."""
+    beside = Path(sys.executable).parent / "dvc"
+    return str(beside) if beside.is_file() else shutil.which("dvc") or "dvc"
 
 
 def stages(repo: Path) -> dict[str, dict]:
@@ -43,8 +51,12 @@ def check_arguments(checked: dict[str, list[str]]) -> list[str]:
 
 
 def stage_command(repo: Path, stage: str) -> list[str]:
-    """A stage's command as argv (``python stages/train.py ...``), to run it outside DVC the way DVC does."""
-    return shlex.split(stages(repo)[stage]["cmd"])
+    """A stage's command as argv, to run it outside DVC as DVC does: this interpreter for ``python``, the script
+    in ``repo``; its other paths stay repository-relative (run it where ``data/`` is)."""
+    argv = shlex.split(stages(repo)[stage]["cmd"])
+    if argv[:1] == ["python"]:
+        argv[:2] = [sys.executable, str(repo / argv[1])]
+    return argv
 
 
 def selected(params: Params, names: list[str]) -> dict[str, Any]:

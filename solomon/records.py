@@ -144,7 +144,6 @@ STEP_COLUMNS = ("step", "tokens", "loss", "lr", "grad_norm", "tokens_per_s")
 # tokens_per_s is measured from the wall clock; every other column is a deterministic function of the run.
 DETERMINISTIC_COLUMNS = STEP_COLUMNS[:-1]
 STEP_HEADER = "\t".join(STEP_COLUMNS) + "\n"
-EVAL_FIELDS = ("step", "val_loss", "val_perplexity", "val_bits_per_byte", "best", "samples")
 VAL_LOSS_COLUMNS = ("step", "val_loss")
 VAL_LOSS_HEADER = "\t".join(VAL_LOSS_COLUMNS) + "\n"
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 
 import solomon
 from solomon import records
 from solomon.atomic import canonical_json
 from solomon.hashing import sha256_file
 from solomon.machine import cpu_model, describe
+from solomon.params import read_yaml
 from solomon.records import RUN_FILE_ROLES, RunFiles
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -69,7 +69,7 @@ def digest_of(data: bytes) -> str:
 def dvc_stages(lock_path: Path, exclude: tuple[str, ...] = ("report",)) -> dict:
     """dvc.lock's stage entries (commands, deps, params, outs with their MD5s) as they stood for this run. The
     report stage's own entry is excluded: it is being written by this very run."""
-    lock = yaml.safe_load(lock_path.read_text(encoding="utf-8"))
+    lock = read_yaml(lock_path)
     return {name: entry for name, entry in lock.get("stages", {}).items() if name not in exclude}
 
 

@@ -19,8 +19,6 @@ import torch
 
 from solomon.errors import SolomonError
 
-BINNING = "equal-mass"
-
 
 class ReliabilityBins:
     """Collects (confidence, correct) of each predicted token over the batches of ``heldout.predictions``."""

@@ -21,7 +21,7 @@ from solomon.atomic import staged_dir, write_bytes, write_json, write_text
 from solomon.audit import manifest
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
-from solomon.params import Params
+from solomon.params import Params, read_yaml
 from solomon.provenance import git_state
 from solomon.records import RECORD_FILES, RunFiles, latest_record, read_evals, read_json, read_reliability, read_steps
 from solomon.report import charts, document
@@ -127,7 +127,7 @@ def render_pages(run_dir: Path) -> None:
     train_metrics = read_json(run_dir / RunFiles.TRAIN_METRICS)
     # Runs reported before the split kept timings and environment in train_metrics.json: no train_run.json.
     train_run = read_json(run_dir / RunFiles.TRAIN_RUN) if (run_dir / RunFiles.TRAIN_RUN).is_file() else {}
-    hyperparameters = yaml.safe_load((run_dir / RunFiles.HYPERPARAMETERS).read_text(encoding="utf-8"))
+    hyperparameters = read_yaml(run_dir / RunFiles.HYPERPARAMETERS)
     rows = read_steps(run_dir / RunFiles.STEP_LOG)
     evals = read_evals(run_dir / RunFiles.EVAL_LOG)
     run_id = run_info["run_id"]

@@ -33,8 +33,9 @@ import yaml
 
 from solomon.errors import SolomonError, last_line
 from solomon.model.gpt import GPT, GPTConfig
-from solomon.params import Params
-from solomon.records import PARAMS_FILE, read_steps
+from solomon.params import Params, read_yaml
+from solomon.pipeline import dvc_executable, stage_command
+from solomon.records import PARAMS_FILE, STEP_LOG, TRAIN_RUN, read_json, read_steps
 from solomon.runtime import configure_torch
 from solomon.tools.scratch import merge, pipeline_env
 from solomon.train.data_order import DataOrder
@@ -238,7 +239,7 @@ def resume_latency(command: list[str], work: Path, resume_step: int) -> float:
         reached = time.perf_counter() - started
         process.kill()
         process.wait()
-    row = read_steps(work / "train_log.tsv")[-1]
+    row = read_steps(work / STEP_LOG)[-1]
     tokens_per_step = row["tokens"] / row["step"]
     return reached - tokens_per_step / row["tokens_per_s"]
 
@@ -246,16 +247,14 @@ def resume_latency(command: list[str], work: Path, resume_step: int) -> float:
 def stage_overheads(repo: Path, stage_steps: int) -> dict:
     """A real train stage on ``repo``'s token files, in a scratch directory, with params.yaml's intervals; then
     the same run resumed (``max_steps`` raised, a resumable change) to time a resume."""
-    base = yaml.safe_load((repo / PARAMS_FILE).read_text(encoding="utf-8"))
+    base = read_yaml(repo / PARAMS_FILE)
     with tempfile.TemporaryDirectory(prefix="solomon-bench-") as scratch:
         work = Path(scratch)
+        (work / "data").symlink_to(repo / "data")  # the stage's inputs; its outputs land in the scratch directory
         (work / PARAMS_FILE).write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps}})))
-        command = [
-            sys.executable, str(repo / "stages/train.py"), str(repo / "data/tokens"), str(repo / "data/tokenizer.json"),
-            "models", "checkpoints", "train_log.tsv", "train_evals.jsonl", "train_metrics.json",
-        ]  # fmt: skip
+        command = stage_command(repo, "train")  # the stage exactly as dvc.yaml runs it
         process_s = _run(command, work)
-        metrics = json.loads((work / "train_run.json").read_text(encoding="utf-8"))  # timings: beside metrics
+        metrics = read_json(work / TRAIN_RUN)  # timings: beside metrics
         (work / PARAMS_FILE).write_text(yaml.safe_dump(merge(base, {"train": {"max_steps": stage_steps + 2}})))
         resume_s = resume_latency(command, work, stage_steps)
     wall = metrics["wall_s"]
@@ -273,7 +272,7 @@ def stage_overheads(repo: Path, stage_steps: int) -> dict:
         "overhead_share": round(sum(shares.values()), 4),
         "resume_s": round(resume_s, 2),
     }
-    dvc = str(Path(sys.executable).parent / "dvc")
+    dvc = dvc_executable()
     status = subprocess.run([dvc, "status"], cwd=repo, capture_output=True, text=True)
     if status.returncode == 0 and "up to date" in status.stdout:
         result["noop_dvc_repro_s"] = round(_run([dvc, "repro"], repo), 2)

@@ -16,7 +16,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from pathlib import Path
 from solomon import records
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
+from solomon.pipeline import dvc_executable
 from solomon.records import DETERMINISTIC_COLUMNS
 from solomon.tools.dvc_lock import repair_lock
 from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, pipeline_env
@@ -42,13 +42,9 @@ def outcome(repo: Path) -> dict[str, object]:
     }
 
 
-def _dvc() -> str:
-    return str(Path(sys.executable).parent / "dvc")
-
-
 def _repro(repo: Path) -> float:
     started = time.perf_counter()
-    done = subprocess.run([_dvc(), "repro"], cwd=repo, env=pipeline_env(), capture_output=True, text=True)
+    done = subprocess.run([dvc_executable(), "repro"], cwd=repo, env=pipeline_env(), capture_output=True, text=True)
     if done.returncode != 0:
         tail = " | ".join(line for line in (done.stdout + done.stderr).splitlines()[-12:] if line.strip())
         raise SolomonError(f"chaos: dvc repro failed in {repo}: {tail}")
@@ -64,7 +60,7 @@ def _killed_repro(repo: Path, after_s: float) -> bool:
     """Start ``dvc repro``; SIGKILL its whole process group after ``after_s`` seconds. False when it finished
     first."""
     process = subprocess.Popen(
-        [_dvc(), "repro"],
+        [dvc_executable(), "repro"],
         cwd=repo,
         env=pipeline_env(),
         stdout=subprocess.DEVNULL,

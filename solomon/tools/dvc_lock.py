@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from solomon.params import parse_yaml
 from solomon.records import DVC_LOCK
 
 RWLOCK = ".dvc/tmp/rwlock"  # DVC's record of which running commands read or write which paths
@@ -31,7 +32,7 @@ def lock_problem(repo: Path) -> str | None:
     if not text.strip():
         return "it is empty"
     try:
-        lock = yaml.safe_load(text)
+        lock = parse_yaml(text)
     except yaml.YAMLError as exc:
         return f"it is not valid YAML ({str(exc).splitlines()[0]})"
     if not isinstance(lock, dict) or not isinstance(lock.get("stages"), dict):

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from solomon.errors import SolomonError, first_line, last_line
+from solomon.pipeline import dvc_executable
 from solomon.tools.scratch import run
 
 MARKER = "<!-- solomon-review -->"
@@ -36,7 +37,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _dvc_diff(repo: Path, kind: str, base: str, head: str) -> str:
-    done = run(["dvc", kind, "diff", base, head, "--md"], repo, check=False)  # this interpreter's dvc
+    done = run([dvc_executable(), kind, "diff", base, head, "--md"], repo, check=False)
     if done.returncode != 0:
         raise SolomonError(
             f"dvc {kind} diff {base} {head} failed ({last_line(done.stderr)}): both revisions must be "

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from solomon.params import read_yaml
+from solomon.pipeline import dvc_executable
 from solomon.records import PARAMS_FILE
 
 # The pipeline's own files; data/, models/ and reports/ are produced in the copy.
@@ -57,7 +59,7 @@ def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedP
 
 
 def write_params(repo: Path, overrides: dict) -> None:
-    params = yaml.safe_load((repo / PARAMS_FILE).read_text(encoding="utf-8"))
+    params = read_yaml(repo / PARAMS_FILE)
     (repo / PARAMS_FILE).write_text(yaml.safe_dump(merge(params, overrides), sort_keys=False), encoding="utf-8")
 
 
@@ -71,12 +73,11 @@ def make_scratch_repo(source: Path, dest: Path, overrides: dict) -> Path:
         elif src.exists():
             shutil.copy2(src, dest / name)
     write_params(dest, overrides)
-    dvcbin = str(Path(sys.executable).parent / "dvc")
     for args in (
         ["git", "init", "-q", "-b", "main"],
         ["git", "config", "user.email", "scratch@solomon.invalid"],
         ["git", "config", "user.name", "solomon scratch"],
-        [dvcbin, "init", "-q"],
+        [dvc_executable(), "init", "-q"],
         ["git", "add", "-A"],
         ["git", "commit", "-q", "-m", "scratch pipeline"],
     ):

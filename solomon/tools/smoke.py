@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from pathlib import Path
 from solomon.atomic import staged_dir
 from solomon.errors import SolomonError
 from solomon.params import flatten
+from solomon.pipeline import dvc_executable
 from solomon.records import LATEST, METRICS, read_json, read_latest
 from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, pipeline_env, run
 
@@ -25,7 +25,7 @@ def smoke(source: Path, keep: bool = False, keep_run: Path | None = None) -> dic
     started = time.perf_counter()
     try:
         repo = make_scratch_repo(source, scratch / "repo", TINY_OVERRIDES)
-        done = run([str(Path(sys.executable).parent / "dvc"), "repro"], repo, check=False)
+        done = run([dvc_executable(), "repro"], repo, check=False)
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
             raise SolomonError("smoke: dvc repro failed:\n" + "\n".join(tail))
@@ -78,9 +78,7 @@ def try_in_workspace(root: Path, name: str | None = None) -> dict:
     name = name or experiment_name()
     changed_before = _changed_files(root)
     started = time.perf_counter()
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "dvc"), *try_arguments(name)], cwd=root, env=pipeline_env()
-    )
+    done = subprocess.run([dvc_executable(), *try_arguments(name)], cwd=root, env=pipeline_env())
     if done.returncode != 0:
         raise SolomonError(f"try: `dvc exp run` failed (exit {done.returncode}): its last lines above say which stage")
     latest = read_latest(root)

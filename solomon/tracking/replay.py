@@ -15,12 +15,11 @@ from pathlib import Path
 from solomon.tracking import store  # first: it sets MLflow's HTTP defaults before mlflow is imported
 
 # isort: split
-import yaml
 from mlflow.entities import Metric, RunStatus
 from mlflow.models import Model
 
 from solomon.hashing import sha256_file
-from solomon.params import Params
+from solomon.params import Params, read_yaml
 from solomon.records import CONFIG_FILE, DVC_LOCK, WEIGHTS_FILE, RunFiles, read_evals, read_json, read_steps
 
 MLMODEL = "MLmodel"  # MLflow's description of a model directory, beside the weights
@@ -54,7 +53,7 @@ def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = Non
     lock = root / DVC_LOCK
     if lock.is_file():
         tags["dvc.lock.sha256"] = sha256_file(lock)
-    hyperparameters = yaml.safe_load((run_dir / RunFiles.HYPERPARAMETERS).read_text(encoding="utf-8"))
+    hyperparameters = read_yaml(run_dir / RunFiles.HYPERPARAMETERS)
     client, mlflow_run = store.open_run(run_id, tags, store.param_values(hyperparameters), root)
 
     steps = read_steps(run_dir / RunFiles.STEP_LOG)
