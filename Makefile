@@ -99,9 +99,9 @@ try: setup
 
 # The experiments side by side for review: only the params that differ and the results (metrics.json,
 # train_metrics.json); no dependency hashes, timings or bookkeeping. The command is EXP_SHOW in
-# solomon/tools/experiments.py (the docs' tables use it too).
+# solomon/tools/experiments/runner.py (the docs' tables use it too).
 exps: setup
-	@$(BIN)/python -c 'import os; from solomon.tools.experiments import EXP_SHOW; os.execvp(EXP_SHOW[0], EXP_SHOW)'
+	@$(BIN)/python -c 'import os; from solomon.tools.experiments.runner import EXP_SHOW; os.execvp(EXP_SHOW[0], EXP_SHOW)'
 
 # `dvc plots show/diff` offline: Vega, Vega-Lite and vega-embed inlined into a template (pinned, hash-checked,
 # from the npm registry), named in .dvc/config.local; without npm or the registry DVC's CDN page stays the default.

@@ -412,24 +412,28 @@ def _server_stop(args: argparse.Namespace) -> None:
 def _docs(args: argparse.Namespace) -> None:
     import tempfile
 
-    from solomon.tools import experiments
+    from solomon.tools.experiments.render import render_page
+    from solomon.tools.experiments.results import data_dir, stale_runs
+    from solomon.tools.experiments.runner import run_page
+    from solomon.tools.experiments.spec import SPEC, load_spec, read_params
 
     root = Path(args.root).resolve()
-    spec = experiments.load_spec(root / experiments.SPEC)
+    spec = load_spec(root / SPEC)
     pages = args.page or list(spec["pages"])
     unknown = [page for page in pages if page not in spec["pages"]]
     if unknown:
-        raise SolomonError(f"no page {unknown[0]!r} in {experiments.SPEC}: choose from {', '.join(spec['pages'])}")
-    params = experiments.read_params(root)
+        raise SolomonError(f"no page {unknown[0]!r} in {SPEC}: choose from {', '.join(spec['pages'])}")
+    params = read_params(root)
+    docs = root / SPEC.parent
     for page in pages:
         if args.docs_command == "run":
             with tempfile.TemporaryDirectory(prefix=f"solomon-docs-{page}-") as scratch:
-                measured = experiments.run_page(spec, page, root, Path(scratch) / "repo", root / "docs" / page / "data")
+                measured = run_page(spec, page, root, Path(scratch) / "repo", data_dir(docs, page))
             for run, figures in measured.items():
                 rss = f", peak RSS {figures['peak_rss_mib']} MiB" if "peak_rss_mib" in figures else ""
                 print(f"{page}/{run}: {figures['wall_s']} s{rss}")
-        print(f"docs: {experiments.render_page(spec, page, root / 'docs', params)}")
-        for line in experiments.stale_runs(spec, page, root / "docs", params):
+        print(f"docs: {render_page(spec, page, docs, params)}")
+        for line in stale_runs(spec, page, docs, params):
             print(f"docs: warning: {line}: rerun `solomon docs run {page}`", file=sys.stderr)
 
 

@@ -50,7 +50,7 @@ def main() -> None:
     params = load_params()
     if params.train.nproc > 1 and "LOCAL_RANK" not in os.environ:
         relaunch_under_torchrun(params.train.nproc)
-    group = ProcessGroup.from_environment(params.train.nproc)
+    group = ProcessGroup.from_environment(params.train.nproc, os.environ)
     tracker = None
     if params.tracking.enabled and group.is_main:
         from solomon.tracking.live import LiveTracker  # imports mlflow: only when tracking

@@ -127,3 +127,21 @@ def test_the_train_stage_params_are_the_fingerprint_params() -> None:
 
     stages = yaml.safe_load((PACKAGE_DIR.parent / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     assert tuple(stages["train"]["params"]) == TRAINING_PARAMS
+
+
+def test_importing_the_chart_and_docs_code_changes_no_global_matplotlib_state() -> None:
+    """Charts draw on figures of their own: importing them picks no backend and sets no rcParams for the process
+    (checked in a fresh interpreter, which no other test has imported matplotlib into)."""
+    import subprocess
+    import sys
+
+    check = (
+        "import sys, matplotlib\n"
+        "snapshot = lambda: {key: dict.__getitem__(matplotlib.rcParams, key) for key in matplotlib.rcParams.keys()}\n"
+        "before = snapshot()\n"
+        "import solomon.report.charts, solomon.tools.experiments.render, solomon.tools.experiments.runner\n"
+        "assert snapshot() == before, sorted(k for k, v in snapshot().items() if before[k] != v)\n"
+        "assert 'matplotlib.pyplot' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], cwd=PACKAGE_DIR.parent, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -13,7 +13,10 @@ from conftest import ROOT
 
 from solomon.errors import SolomonError
 from solomon.params import flatten
-from solomon.tools import experiments
+from solomon.tools.experiments.render import render_page
+from solomon.tools.experiments.results import MEASURED, THEN_LOG, data_dir, read_results, stale_runs
+from solomon.tools.experiments.runner import run_page
+from solomon.tools.experiments.spec import SPEC, commands, default_values, load_spec, read_params, run_entry
 from solomon.tools.scratch import TINY_OVERRIDES
 
 
@@ -22,28 +25,28 @@ def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:
     shows a number or a figure its commands did not produce, none names a command that was not run, and a page
     whose runs trained with other params than today's params.yaml gives (a default changed since it ran) says so
     on the page — changing a default without rerunning or marking the pages it touches fails here."""
-    spec = experiments.load_spec(ROOT / experiments.SPEC)
+    spec = load_spec(ROOT / SPEC)
     docs = shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    params = experiments.read_params(ROOT)
+    params = read_params(ROOT)
     defaults = flatten(params, "params")
     for page, entry in spec["pages"].items():
-        experiments.render_page(spec, page, docs, params)
+        render_page(spec, page, docs, params)
         assert (docs / f"{page}.md").read_bytes() == (ROOT / "docs" / f"{page}.md").read_bytes(), page
         for chart in entry["charts"]:
             assert (docs / page / f"{chart}.png").read_bytes() == (ROOT / "docs" / page / f"{chart}.png").read_bytes()
-        for run, lines in experiments.commands(spec, page, defaults).items():
-            measured = json.loads((docs / page / "data" / run / "measured.json").read_text())
+        for run, lines in commands(spec, page, defaults).items():
+            measured = json.loads((data_dir(docs, page) / run / MEASURED).read_text())
             ran = [line["command"] for line in measured.get("before", [])] + [measured["command"]]
             assert ran == lines, f"{page}/{run} was run with other commands"
-            then = experiments.run_entry(entry["runs"][run])[1].get("then", [])
+            then = run_entry(entry["runs"][run])[1].get("then", [])
             if then:
-                transcript = (docs / page / "data" / run / experiments.THEN_LOG).read_text().splitlines()
+                transcript = (data_dir(docs, page) / run / THEN_LOG).read_text().splitlines()
                 assert [line[2:] for line in transcript if line.startswith("$ ")] == then, f"{page}/{run} checks"
 
 
 def test_the_docs_index_links_every_page() -> None:
     index = (ROOT / "docs" / "README.md").read_text()
-    for page in experiments.load_spec(ROOT / experiments.SPEC)["pages"]:
+    for page in load_spec(ROOT / SPEC)["pages"]:
         assert f"({page}.md)" in index
     assert "(docs/README.md)" in (ROOT / "README.md").read_text()
 
@@ -51,18 +54,18 @@ def test_the_docs_index_links_every_page() -> None:
 def test_commands_set_every_varied_key_whatever_the_order() -> None:
     spec = {"base": {"train.max_steps": 5}, "pages": {"p": {"runs": {"a": {"lr.warmup": 1}, "b": {"lr.peak": 0.5}}}}}
     defaults = {"params.lr.warmup": 200, "params.lr.peak": 0.001, "params.train.max_steps": 4000}
-    assert experiments.commands(spec, "p", defaults) == {
+    assert commands(spec, "p", defaults) == {
         "a": ["dvc exp run -n p-a -S train.max_steps=5 -S lr.peak=0.001 -S lr.warmup=1"],
         "b": ["dvc exp run -n p-b -S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200"],
     }
     spec["pages"]["p"]["params"] = {"train.optimizer": "adamw"}  # what every run of the page holds
-    assert experiments.commands(spec, "p", defaults)["a"] == [
+    assert commands(spec, "p", defaults)["a"] == [
         "dvc exp run -n p-a -S train.max_steps=5 -S train.optimizer=adamw -S lr.peak=0.001 -S lr.warmup=1"
     ]
     del spec["pages"]["p"]["params"]
     spec["pages"]["p"]["runs"]["b"] = {"params": {"lr.peak": 0.5}, "fresh": True, "kill_after_step": 3}
     flags = "-S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200"
-    assert experiments.commands(spec, "p", defaults)["b"] == [
+    assert commands(spec, "p", defaults)["b"] == [
         f"rm -rf checkpoints && SOLOMON_CRASH_AT=after-step:3 dvc exp run -n p-b-killed {flags}",
         f"dvc exp run -n p-b {flags}",
     ]
@@ -74,15 +77,29 @@ def test_a_spec_with_a_bad_param_is_refused_before_anything_runs(tmp_path: Path)
     spec = {"base": {}, "pages": {"p": {"runs": {"bad": {"train.label_smoothing": 1.5}}}}}
     (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
     with pytest.raises(SolomonError, match=r"docs/experiments\.yaml: page p has no `charts`"):
-        experiments.load_spec(tmp_path / "docs/experiments.yaml")
+        load_spec(tmp_path / "docs/experiments.yaml")
     spec["pages"]["p"] |= {"charts": ["loss"], "columns": {}}
     (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
     with pytest.raises(SolomonError, match=r"docs/experiments\.yaml: page p, run bad: .*label_smoothing"):
-        experiments.load_spec(tmp_path / "docs/experiments.yaml")
+        load_spec(tmp_path / "docs/experiments.yaml")
     spec["pages"]["p"] |= {"charts": ["loss", "pie"], "runs": {}}
     (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
     with pytest.raises(SolomonError, match="unknown chart 'pie'; use loss, lr, reliability"):
-        experiments.load_spec(tmp_path / "docs/experiments.yaml")
+        load_spec(tmp_path / "docs/experiments.yaml")
+
+
+def test_the_spec_reads_numbers_as_params_yaml_does(tmp_path: Path) -> None:
+    """`1e-3` in docs/experiments.yaml is a number (YAML 1.2, as DVC and params.yaml read it), so the command sets
+    the number, not the string '1e-3'."""
+    (tmp_path / "docs").mkdir()
+    shutil.copyfile(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "docs/experiments.yaml").write_text(
+        "base: {train.max_steps: 5}\npages:\n  p: {runs: {a: {lr.peak: 1e-3}}, charts: [], columns: {}}\n"
+    )
+    spec = load_spec(tmp_path / "docs/experiments.yaml")
+    assert commands(spec, "p", default_values(tmp_path)) == {
+        "a": ["dvc exp run -n p-a -S train.max_steps=5 -S lr.peak=0.001"]
+    }
 
 
 @pytest.mark.slow
@@ -112,7 +129,7 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
         },
     }
     docs = tmp_path / "docs"
-    measured = experiments.run_page(spec, "smoothing", ROOT, tmp_path / "scratch", docs / "smoothing" / "data")
+    measured = run_page(spec, "smoothing", ROOT, tmp_path / "scratch", data_dir(docs, "smoothing"))
     assert set(measured) == {"ls-0.0", "ls-0.2", "ls-0.0-resumed"}
     # Killed after step 5 by a real SIGKILL, then the same `dvc exp run` again: it resumed from the checkpoint of
     # step 4 and ended with the very bytes of the run that was never interrupted.
@@ -123,7 +140,7 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     assert all(m["peak_rss_mib"] > 50 and m["wall_s"] > 0 for m in measured.values())
     exp_show = (docs / "smoothing/data/exp_show.md").read_text()
     assert "smoothing-ls-0.0" in exp_show and "smoothing-ls-0.2" in exp_show
-    results = experiments.read_results(docs / "smoothing/data", ["ls-0.0", "ls-0.2", "ls-0.0-resumed"])
+    results = read_results(docs / "smoothing/data", ["ls-0.0", "ls-0.2", "ls-0.0-resumed"])
     assert results["ls-0.0-resumed"]["train_run"]["resumed_from_step"] == 4
     then = (docs / "smoothing/data/ls-0.2/then.log").read_text()
     assert then.startswith("$ solomon verify --artifact models/model.safetensors\n") and "verified 1 artifacts" in then
@@ -132,19 +149,19 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     assert [r["step"] for r in results["ls-0.2"]["steps"]] == list(range(1, 7))
     # Each run kept the params.yaml it trained with: it follows from today's params.yaml and the page's commands,
     # and a changed default (one the page does not set) makes every run stale, naming the key.
-    params = experiments.read_params(ROOT)
-    assert experiments.stale_runs(spec, "smoothing", docs, params) == []
+    params = read_params(ROOT)
+    assert stale_runs(spec, "smoothing", docs, params) == []
     params["model"]["dropout"] = 0.05
-    stale = experiments.stale_runs(spec, "smoothing", docs, params)
+    stale = stale_runs(spec, "smoothing", docs, params)
     assert len(stale) == 3 and all("model.dropout ran 0.2, now 0.05" in line for line in stale), stale
     (docs / "smoothing.md").write_text("# Smoothing\n\n<!-- experiments:start -->\n<!-- experiments:end -->\n")
-    stale_page = experiments.render_page(spec, "smoothing", docs, params).read_text()
+    stale_page = render_page(spec, "smoothing", docs, params).read_text()
     assert "may not be what the commands below give today" in stale_page
     assert "> - smoothing/ls-0.2: model.dropout ran 0.2" in stale_page
     (docs / "smoothing.md").write_text(
         "# Smoothing\n\nprose\n\n<!-- experiments:start -->\nold\n<!-- experiments:end -->\n"
     )
-    page = experiments.render_page(spec, "smoothing", docs, experiments.read_params(ROOT)).read_text()
+    page = render_page(spec, "smoothing", docs, read_params(ROOT)).read_text()
     assert page.startswith("# Smoothing\n\nprose\n") and "old" not in page and "may not be what" not in page
     assert measured["ls-0.2"]["command"] in page and "| ls-0.2 " in page and crash["command"] in page
     assert then.strip() in page

@@ -11,7 +11,7 @@ import yaml
 from conftest import ROOT
 
 from solomon.errors import SolomonError
-from solomon.tools import experiments
+from solomon.tools.experiments.spec import RUN_QUEUE, SPEC, all_commands, default_values, load_spec, queued
 
 DEFAULTS = {"params.lr.warmup": 200, "params.lr.peak": 0.001, "params.train.max_steps": 4000}
 
@@ -22,15 +22,15 @@ def queued_spec() -> dict:
 
 
 def test_a_queued_page_queues_each_run_then_runs_the_queue_once() -> None:
-    lines = experiments.all_commands(queued_spec(), "p", DEFAULTS)
+    lines = all_commands(queued_spec(), "p", DEFAULTS)
     assert lines == [
         "dvc exp run --queue -n p-a -S train.max_steps=5 -S lr.peak=0.001 -S lr.warmup=1",
         "dvc exp run --queue -n p-b -S train.max_steps=5 -S lr.peak=0.5 -S lr.warmup=200",
-        experiments.RUN_QUEUE,
+        RUN_QUEUE,
     ]
     spec = queued_spec()
     spec["pages"]["p"]["queue"] = False
-    assert experiments.RUN_QUEUE not in experiments.all_commands(spec, "p", DEFAULTS)
+    assert RUN_QUEUE not in all_commands(spec, "p", DEFAULTS)
 
 
 def test_a_queued_page_refuses_run_options_and_a_non_boolean_queue(tmp_path: Path) -> None:
@@ -41,15 +41,15 @@ def test_a_queued_page_refuses_run_options_and_a_non_boolean_queue(tmp_path: Pat
     spec["pages"]["p"]["runs"]["b"] = {"params": {"lr.peak": 0.5}, "fresh": True}
     path.write_text(yaml.safe_dump(spec))
     with pytest.raises(SolomonError, match=r"run b: unknown option 'fresh'.*queue: true"):
-        experiments.load_spec(path)
+        load_spec(path)
     spec = queued_spec()
     spec["pages"]["p"]["queue"] = "yes"
     path.write_text(yaml.safe_dump(spec))
     with pytest.raises(SolomonError, match="`queue` must be true or false"):
-        experiments.load_spec(path)
+        load_spec(path)
 
 
 def test_the_sweep_page_is_queued() -> None:
-    spec = experiments.load_spec(ROOT / experiments.SPEC)
-    assert experiments.queued(spec, "sweep")
-    assert experiments.all_commands(spec, "sweep", experiments.default_values(ROOT))[-1] == experiments.RUN_QUEUE
+    spec = load_spec(ROOT / SPEC)
+    assert queued(spec, "sweep")
+    assert all_commands(spec, "sweep", default_values(ROOT))[-1] == RUN_QUEUE

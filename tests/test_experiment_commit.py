@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from solomon.params import flatten, load_params
 from solomon.records import LATEST, METRICS, PARAMS_FILE, TRAIN_METRICS, RunFiles
-from solomon.tools.experiments import EXP_SHOW
+from solomon.tools.experiments.runner import EXP_SHOW
 from solomon.tools.scratch import pipeline_env, run, write_params
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")

@@ -1,20 +1,23 @@
-"""Training curves with matplotlib: PNG files for the Markdown README, inline SVG for the self-contained HTML."""
+"""Training curves with matplotlib: PNG files for the Markdown README, inline SVG for the self-contained HTML, and
+the docs pages' charts that put several runs on one axis.
+
+Every chart is a ``Chart`` (its lines and axes) drawn by ``_draw`` onto a ``matplotlib.figure.Figure`` of its own:
+no pyplot, no backend chosen and no rcParams set globally, so importing this module changes nothing.
+"""
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from solomon.evaluation.calibration import calibration_errors
 
 # Stable SVG ids and no timestamp: the same log gives the same bytes.
-plt.rcParams["svg.hashsalt"] = "solomon"
-plt.rcParams["svg.fonttype"] = "path"
+SVG_SETTINGS = {"svg.hashsalt": "solomon", "svg.fonttype": "path"}
 
 # name: (title, step-log column)
 CHARTS = {
@@ -23,58 +26,130 @@ CHARTS = {
     "grad_norm": ("gradient norm (before clipping)", "grad_norm"),
     "tokens_per_s": ("training throughput (tokens/s, wall clock)", "tokens_per_s"),
 }
+RELIABILITY = "reliability"
+COMPARISONS = ("loss", "lr", RELIABILITY)  # the charts a docs page may draw over its runs
+SMOOTHING = 20  # steps in the moving average of a page's training loss
 
 
-def _figure(rows: list[dict], evals: list[dict], name: str):
-    title, column = CHARTS[name]
-    fig, ax = plt.subplots(figsize=(7, 3.2), dpi=100)
-    ax.plot([r["step"] for r in rows], [r[column] for r in rows], linewidth=1.2, label="train")
-    if name == "loss" and evals:
-        ax.plot([e["step"] for e in evals], [e["val_loss"] for e in evals], "o-", markersize=3, label="validation")
-        ax.legend()
-    ax.set_xlabel("step")
-    ax.set_title(title, fontsize=10)
+@dataclass(frozen=True)
+class Line:
+    x: list[float]
+    y: list[float]
+    label: str | None = None
+    fmt: tuple[str, ...] = ()  # matplotlib's format string, if any
+    style: dict = field(default_factory=dict)  # colour, width, marker size
+
+
+@dataclass(frozen=True)
+class Chart:
+    size: tuple[float, float]
+    lines: list[Line]
+    xlabel: str
+    ylabel: str | None = None
+    title: str | None = None
+    limits: tuple[tuple[float, float] | None, tuple[float, float] | None] = (None, None)  # x, y; None: automatic
+    legend: float | str | None = None  # the legend's font size; None: no legend
+
+
+def _draw(chart: Chart) -> Figure:
+    fig = Figure(figsize=chart.size, dpi=100)
+    ax = fig.subplots()
+    for line in chart.lines:
+        ax.plot(line.x, line.y, *line.fmt, label=line.label, **line.style)
+    xlim, ylim = chart.limits
+    if xlim:
+        ax.set_xlim(*xlim)
+    if ylim:
+        ax.set_ylim(*ylim)
+    ax.set_xlabel(chart.xlabel)
+    if chart.ylabel:
+        ax.set_ylabel(chart.ylabel)
+    if chart.title:
+        ax.set_title(chart.title, fontsize=10)
+    if chart.legend is not None:
+        ax.legend(fontsize=chart.legend)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 
 
-RELIABILITY = "reliability"
+def _curve(rows: list[dict], evals: list[dict], name: str) -> Chart:
+    title, column = CHARTS[name]
+    lines = [Line([r["step"] for r in rows], [r[column] for r in rows], "train", style={"linewidth": 1.2})]
+    if name == "loss" and evals:
+        steps, losses = [e["step"] for e in evals], [e["val_loss"] for e in evals]
+        lines.append(Line(steps, losses, "validation", ("o-",), {"markersize": 3}))
+    return Chart((7, 3.2), lines, "step", title=title, legend="medium" if len(lines) > 1 else None)
 
 
-def _reliability_figure(reliability: dict[str, list[dict]]):
-    """Mean top-1 confidence (x) against accuracy (y) per equal-mass bin, one line per split; the diagonal is a
-    perfectly calibrated model, points below it are overconfident."""
-    fig, ax = plt.subplots(figsize=(4.8, 4.4), dpi=100)
+def _reliability_line(bins: list[dict], name: str, scope: str, style: dict) -> Line:
+    """A reliability diagram's curve: mean top-1 confidence (x) against accuracy (y) per equal-mass bin, labelled
+    with its expected calibration error (of ``scope``: a split, where ``name`` does not say it)."""
+    x, y = [b["confidence"] for b in bins], [b["accuracy"] for b in bins]
+    label = f"{name} ({scope}ECE {calibration_errors(bins)['ece']:.4f})"
+    return Line(x, y, label, ("o-",), style | {"markersize": 3})
+
+
+def _reliability(reliability: dict[str, list[dict]]) -> Chart:
+    """One line per split; the diagonal is a perfectly calibrated model, points below it are overconfident."""
     top = max(max(b["confidence"], b["accuracy"]) for bins in reliability.values() for b in bins)
     limit = min(1.0, top * 1.05)
-    ax.plot([0, limit], [0, limit], "--", color="grey", linewidth=1, label="calibrated")
-    for split, bins in reliability.items():
-        ece = calibration_errors(bins)["ece"]
-        ax.plot(
-            [b["confidence"] for b in bins],
-            [b["accuracy"] for b in bins],
-            "o-",
-            markersize=3,
-            label=f"{split} (ECE {ece:.4f})",
-        )
-    ax.set_xlim(0, limit)
-    ax.set_ylim(0, limit)
-    ax.set_xlabel("mean top-1 confidence in the bin")
-    ax.set_ylabel("accuracy in the bin")
-    ax.set_title(f"reliability diagram ({len(next(iter(reliability.values())))} equal-mass bins)", fontsize=10)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
+    diagonal = Line([0, limit], [0, limit], "calibrated", ("--",), {"color": "grey", "linewidth": 1})
+    lines = [diagonal, *(_reliability_line(bins, split, "", {}) for split, bins in reliability.items())]
+    title = f"reliability diagram ({len(next(iter(reliability.values())))} equal-mass bins)"
+    xlabel, ylabel = "mean top-1 confidence in the bin", "accuracy in the bin"
+    return Chart((4.8, 4.4), lines, xlabel, ylabel, title, ((0, limit), (0, limit)), legend=8)
+
+
+def _moving_average(values: list[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each point (fewer at the start): the step loss is noisy."""
+    sums, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value - (values[i - window] if i >= window else 0.0)
+        sums.append(total / min(i + 1, window))
+    return sums
+
+
+def _comparison(kind: str, runs: dict[str, dict]) -> Chart:
+    """One of ``COMPARISONS`` over several runs ({run: {steps, evals, reliability}}), a colour per run."""
+    lines, lowest, highest = [], float("inf"), float("-inf")
+    for index, (run, result) in enumerate(runs.items()):
+        colour, steps = {"color": f"C{index}"}, [row["step"] for row in result["steps"]]
+        if kind == "loss":
+            smoothed = _moving_average([row["loss"] for row in result["steps"]], SMOOTHING)
+            validation = [e["val_loss"] for e in result["evals"]]
+            lowest, highest = min(lowest, *smoothed, *validation), max(highest, *validation)
+            evaluated = [e["step"] for e in result["evals"]]
+            dashed = colour | {"markersize": 3, "linewidth": 0.8}
+            lines += [
+                Line(steps, smoothed, f"{run}: train (mean of {SMOOTHING} steps)", (), colour | {"linewidth": 1}),
+                Line(evaluated, validation, f"{run}: validation subset", ("o--",), dashed),
+            ]
+        elif kind == "lr":
+            lines.append(Line(steps, [row["lr"] for row in result["steps"]], run, (), colour))
+        else:
+            lines.append(_reliability_line(result["reliability"]["val"], run, "val ", colour))
+    if kind == "loss":  # from just under the lowest loss to above the first evaluation: not the first steps
+        # (with label smoothing the training loss includes the smoothing term, so it can sit above validation's)
+        limits = (None, (lowest - 0.1, highest + 0.2))
+        return Chart((7, 3.6), lines, "step", "loss (nats/token)", limits=limits, legend=7)
+    if kind == "lr":
+        return Chart((7, 3.6), lines, "step", "learning rate", legend=7)
+    lines.append(Line([0, 1], [0, 1], "calibrated", ("--",), {"color": "grey", "linewidth": 1}))
+    xlabel = "mean top-1 confidence in the bin (val, equal-mass bins)"
+    return Chart((7, 3.6), lines, xlabel, "accuracy in the bin", limits=((0, 1), (0, 1)), legend=7)
 
 
 def _figures(rows: list[dict], evals: list[dict], reliability: dict[str, list[dict]] | None):
     """(name, figure) of every chart; the reliability diagram only for runs evaluated with calibration."""
     for name in CHARTS:
-        yield name, _figure(rows, evals, name)
+        yield name, _draw(_curve(rows, evals, name))
     if reliability:
-        yield RELIABILITY, _reliability_figure(reliability)
+        yield RELIABILITY, _draw(_reliability(reliability))
+
+
+def _save_png(fig: Figure, path: Path) -> None:
+    fig.savefig(path, metadata={"Software": None})
 
 
 def write_pngs(
@@ -83,10 +158,17 @@ def write_pngs(
     """Write ``<name>.png`` into ``out_dir`` for the Markdown page; return the names."""
     names = []
     for name, fig in _figures(rows, evals, reliability):
-        fig.savefig(out_dir / f"{name}.png", metadata={"Software": None})
-        plt.close(fig)
+        _save_png(fig, out_dir / f"{name}.png")
         names.append(name)
     return names
+
+
+def write_comparison_pngs(kinds: list[str], runs: dict[str, dict], out_dir: Path) -> list[str]:
+    """Write ``<kind>.png`` into ``out_dir`` for each of ``kinds`` (of ``COMPARISONS``), every run on one axis;
+    ``runs`` maps a run to its records (steps, evals, reliability); return the names."""
+    for kind in kinds:
+        _save_png(_draw(_comparison(kind, runs)), out_dir / f"{kind}.png")
+    return list(kinds)
 
 
 def svgs(rows: list[dict], evals: list[dict], reliability: dict[str, list[dict]] | None = None) -> dict[str, str]:
@@ -94,8 +176,8 @@ def svgs(rows: list[dict], evals: list[dict], reliability: dict[str, list[dict]]
     rendered = {}
     for name, fig in _figures(rows, evals, reliability):
         buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
-        plt.close(fig)
+        with matplotlib.rc_context(SVG_SETTINGS):
+            fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
         svg = buffer.getvalue()
         rendered[name] = svg[svg.index("<svg") :]
     return rendered

@@ -8,7 +8,6 @@ every request in flight (queued ones included) finish, and exits 0.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -24,7 +23,8 @@ from solomon.serving.completions import Limits
 from solomon.serving.loader import Served, load_verified
 
 IMAGE_DIGEST_ENV = "SOLOMON_IMAGE_DIGEST"  # the serving image's digest, set by the deployment
-# A test hook: verification waits until this file exists, so a test can see /readyz answer 503 before it.
+# A test hook the entry point reads (never this module): verification waits until that file exists, so a test can
+# see /readyz answer 503 before it.
 HOLD_ENV = "SOLOMON_SERVE_HOLD_UNTIL"
 
 
@@ -37,11 +37,11 @@ class Source:
     model: str | None = None
     expect_digest: str | None = None
     threads: int = 1
+    hold_until: Path | None = None  # the test hook above: wait for this file before verifying
 
 
 def load(source: Source) -> Served:
-    hold = os.environ.get(HOLD_ENV)
-    while hold and not Path(hold).exists():
+    while source.hold_until is not None and not source.hold_until.exists():
         time.sleep(0.05)
     if source.model is None:
         return load_verified(source.run_dir, source.root, source.expect_digest, source.threads)

@@ -11,7 +11,7 @@ gradients).
 from __future__ import annotations
 
 import datetime
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -40,9 +40,10 @@ class ProcessGroup:
         return self.world_size > 1
 
     @classmethod
-    def from_environment(cls, expected_world_size: int) -> ProcessGroup:
-        """Join the group torchrun describes in RANK / WORLD_SIZE, or stay a single process."""
-        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    def from_environment(cls, expected_world_size: int, environ: Mapping[str, str]) -> ProcessGroup:
+        """Join the group torchrun describes in ``environ`` (the entry point's WORLD_SIZE, RANK, MASTER_ADDR …),
+        or stay a single process."""
+        world_size = int(environ.get("WORLD_SIZE", "1"))
         if world_size != expected_world_size:
             raise SolomonError(
                 f"train.nproc is {expected_world_size} but this process is one of {world_size}: launch with "

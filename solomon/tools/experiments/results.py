@@ -1,0 +1,75 @@
+"""A page's data: the files the runner keeps of each run and the renderer draws from, and what they tell.
+
+``docs/<page>/data/<run>/`` holds the run's records under their run-directory names (metrics.json,
+train_metrics.json, train_run.json, train_log.tsv, train_evals.jsonl, reliability_{val,test}.json, the params.yaml
+it ran with) and measured.json (command, wall seconds, peak RSS); ``docs/<page>/data/exp_show.md`` holds
+`dvc exp show` after the runs, with the command that printed it (exp_show.command). Data made before
+train_run.json existed has none: its train_metrics.json held both, and is read as both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from solomon.errors import SolomonError
+from solomon.params import flatten, read_yaml
+from solomon.records import PARAMS_FILE, RECORD_FILES, RunFiles, read_evals, read_json, read_reliability, read_steps
+from solomon.tools.experiments.spec import nest, run_settings
+from solomon.tools.scratch import merge
+
+THEN_LOG = "then.log"
+MEASURED = "measured.json"  # a run's command, wall seconds, peak RSS (and model SHA256)
+EXP_SHOW_TABLE, EXP_SHOW_COMMAND = "exp_show.md", "exp_show.command"  # the table, and the command that printed it
+# The files of a run the page is drawn from: workspace path → name in the run's data directory (as in a run
+# directory). All of the run's records but the data card, which is the same for every run of a page.
+# And the params.yaml it ran with (as DVC wrote it for the run), so that a page whose runs no longer follow from the
+# current params.yaml is caught (`stale_runs`), not silently shown.
+RESULT_FILES = dict(files for name, files in RECORD_FILES.items() if name not in ("datacard_md", "datacard_json"))
+RESULT_FILES[PARAMS_FILE] = RunFiles.PARAMS
+
+
+def data_dir(docs_dir: Path, page: str) -> Path:
+    return docs_dir / page / "data"
+
+
+def read_results(data: Path, runs: list[str]) -> dict[str, dict]:
+    """{run: {metrics, train_metrics, train_run, measured, steps, evals, reliability}} from a page's data
+    directory."""
+    results = {}
+    for run in runs:
+        folder = data / run
+        if not folder.is_dir():
+            raise SolomonError(f"no results for run {run} in {data}: run `solomon docs run {data.parent.name}`")
+        results[run] = {
+            "metrics": read_json(folder / RunFiles.METRICS),
+            "train_metrics": read_json(folder / RunFiles.TRAIN_METRICS),
+            "train_run": read_json(folder / RunFiles.TRAIN_RUN)
+            if (folder / RunFiles.TRAIN_RUN).is_file()
+            else read_json(folder / RunFiles.TRAIN_METRICS),  # the combined file of older data
+            "measured": read_json(folder / MEASURED),
+            "steps": read_steps(folder / RunFiles.STEP_LOG),
+            "evals": read_evals(folder / RunFiles.EVAL_LOG),
+            "reliability": read_reliability(folder),
+        }
+    return results
+
+
+def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]:
+    """One line per run of the page whose recorded params.yaml is not what its command gives on ``params`` (the
+    current params.yaml, nested) — its numbers are from another recipe — naming the first differing keys."""
+    stale = []
+    for run, settings in run_settings(spec, page, flatten(params, "params")).items():
+        recorded_path = data_dir(docs_dir, page) / run / RunFiles.PARAMS
+        if not recorded_path.is_file():
+            stale.append(f"{page}/{run}: no record of the params it ran with (made before the runner kept them)")
+            continue
+        recorded = flatten(read_yaml(recorded_path), "")
+        expected = flatten(merge(params, nest(settings)), "")
+        differing = [
+            f"{key} ran {recorded.get(key, '(unset)')!r}, now {expected.get(key, '(unset)')!r}"
+            for key in sorted(recorded.keys() | expected.keys())
+            if recorded.get(key) != expected.get(key)
+        ]
+        if differing:
+            stale.append(f"{page}/{run}: " + "; ".join(differing[:3]) + ("; …" if len(differing) > 3 else ""))
+    return stale
