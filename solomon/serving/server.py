@@ -20,7 +20,7 @@ import uvicorn
 
 from solomon.errors import SolomonError
 from solomon.serving.app import create_app
-from solomon.serving.completions import Limits
+from solomon.serving.limits import Limits
 from solomon.serving.loader import Served, load_verified
 
 IMAGE_DIGEST_ENV = "SOLOMON_IMAGE_DIGEST"  # the serving image's digest, set by the deployment
