@@ -136,7 +136,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# A self-hosted MLflow server on 127.0.0.1 (SQLite, or Postgres from MLFLOW_BACKEND_STORE_URI).
+# A self-hosted MLflow server on 127.0.0.1: the workspace's mlflow.db, or Postgres from MLFLOW_BACKEND_STORE_URI.
 MLFLOW_PORT ?= 5000
 mlflow-server: setup
 	$(BIN)/solomon track server --port $(MLFLOW_PORT)

@@ -23,11 +23,11 @@ FLOORS = (
     ("serving", "solomon.serving"),
     ("tools", "solomon.tools"),
 )
-TOP = ("solomon.cli",)  # the command line sits above every floor
+TOP = "solomon.cli"  # the command line (a package of command modules) sits above every floor
 
 
 def floor_of(module: str) -> int:
-    if module in TOP:
+    if module == TOP or module.startswith(f"{TOP}."):
         return len(FLOORS)
     for index, (_, package) in reversed(list(enumerate(FLOORS))):
         if package and (module == package or module.startswith(f"{package}.")):

@@ -5,6 +5,7 @@ function, failing in one line that says how to list the runs), bad params as one
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import shlex
 import subprocess
@@ -15,10 +16,13 @@ import pytest
 import yaml
 from conftest import ROOT, dvc
 
-from solomon.cli import RUN_ENV, RUN_HELP, SEED_LINE, build_parser, main, run_directory
+from solomon.cli import build_parser, main
+from solomon.cli.arguments import RUN_ENV, RUN_HELP, run_directory
+from solomon.cli.serve import SEED_LINE
 from solomon.errors import SolomonError
 from solomon.params import Params, flatten, load_params
 from solomon.records import LATEST, PARAMS_FILE
+from solomon.serving.limits import Limits
 from solomon.tools.scratch import TINY_OVERRIDES, merge, pipeline_env
 from solomon.tools.smoke import try_arguments, try_in_workspace
 
@@ -57,6 +61,46 @@ def test_every_command_that_takes_a_run_names_it_the_same_way() -> None:
     assert set(taking) == RUN_COMMANDS
     expected = {((), RUN_HELP), (("--run",), RUN_HELP)}
     assert {name: forms for name, forms in taking.items() if forms != expected} == {}
+
+
+def test_every_serve_limit_is_an_option_whose_default_is_the_limits_own() -> None:
+    """`solomon serve`'s limit options are made from the fields of Limits: one each, their defaults Limits' own."""
+    serve = commands(build_parser())["serve"]
+    options = {action.dest: action for action in serve._actions}
+    for limit in dataclasses.fields(Limits):
+        assert limit.name in options, f"Limits.{limit.name} has no option"
+        assert options[limit.name].default == limit.default == getattr(Limits(), limit.name)
+        assert f"(default: {limit.default:g})" in options[limit.name].help
+    args = serve.parse_args([])
+    assert Limits(**{limit.name: getattr(args, limit.name) for limit in dataclasses.fields(Limits)}) == Limits()
+    timeout = serve.parse_args(["--timeout", "2.5", "--queue", "0"])
+    assert (timeout.timeout_s, timeout.queue) == (2.5, 0)
+
+
+def test_building_the_parser_imports_neither_torch_nor_mlflow() -> None:
+    """Every command, `--help` included, builds the whole parser: it stays light, each handler imports its own."""
+    code = "import sys; from solomon.cli import build_parser; build_parser(); print(*sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    heavy = {"torch", "mlflow", "fastapi", "tokenizers", "dvc"}
+    assert not heavy & set(done.stdout.split()), heavy & set(done.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "refusal"),
+    [
+        (["serve", "--queue", "-1"], "argument --queue: -1 is not at least 0"),
+        (["serve", "--timeout", "0"], "argument --timeout: 0.0 is not above 0"),
+        (["serve", "--max-tokens", "many"], "argument --max-tokens: 'many' is not a whole number"),
+        (["generate", "--prompt", "a", "--seed", str(2**63)], f"--seed: {2**63} is not between 0 and {2**63 - 1}"),
+        (["generate", "--prompt", "a", "--temperature", "x"], "argument --temperature: 'x' is not a number"),
+        (["chaos", "--trials", "0"], "argument --trials: 0 is not at least 1"),
+    ],
+)
+def test_a_number_out_of_bounds_is_refused_in_one_line_naming_the_bound(args, refusal, capsys) -> None:
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args(args)
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(refusal)
 
 
 @pytest.fixture

@@ -339,3 +339,46 @@ def test_a_kill_while_the_sqlite_store_is_created_never_leaves_a_broken_store(tm
     assert not db.exists(), "a half-built store in place of mlflow.db: MLflow can never open it"
     ensure_sqlite_store(uri)
     assert MlflowClient(uri).get_experiment_by_name("Default") is not None
+
+
+def test_a_server_without_a_backend_is_given_the_workspace_store(tmp_path: Path, monkeypatch) -> None:
+    """`solomon track server`'s command line, as its defaults build it: the store and artifact root the stages
+    and `solomon promote` write when MLFLOW_TRACKING_URI is unset (one owner: solomon.tracking.store)."""
+    from solomon.cli import build_parser
+    from solomon.tracking.store import tracking_uri, workspace_artifacts
+
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_BACKEND_STORE_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["track", "server"])
+    command = mlflow_server.server_command(args.port, *mlflow_server.served_store(args.backend, args.artifacts))
+    assert command[command.index("--backend-store-uri") + 1] == tracking_uri(tmp_path)
+    assert command[command.index("--artifacts-destination") + 1] == workspace_artifacts(tmp_path).as_uri()
+    named = build_parser().parse_args(["track", "server", "--backend", "postgresql://db/mlflow"])
+    assert mlflow_server.served_store(named.backend, named.artifacts) == (
+        "postgresql://db/mlflow",
+        Path(mlflow_server.SERVER_ARTIFACTS),
+    )
+
+
+@pytest.mark.slow
+def test_track_server_serves_the_runs_the_workspace_logged(tmp_path: Path, monkeypatch) -> None:
+    """A run logged to the embedded store (as the stages and `solomon promote` log, MLFLOW_TRACKING_URI unset) is
+    there through `solomon track server` started without --backend in that workspace: one store, not a second."""
+    from solomon.tracking.store import find_run, open_run
+
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_BACKEND_STORE_URI", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    _, logged = open_run("20260101T000000Z-aaaa", {}, {"train.seed": "1"}, root=tmp_path)
+    solomon, port = str(Path(sys.executable).parent / "solomon"), free_port()
+    done = subprocess.run(
+        [solomon, "track", "server", "--port", str(port)], cwd=tmp_path, env=pipeline_env(), capture_output=True,
+        text=True, timeout=180,
+    )  # fmt: skip
+    try:
+        assert done.returncode == 0, done.stdout + done.stderr
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+        assert find_run("20260101T000000Z-aaaa", tmp_path) == logged
+    finally:
+        stopped = subprocess.run([solomon, "track", "stop"], cwd=tmp_path, capture_output=True, text=True)
+    assert stopped.returncode == 0, stopped.stderr

@@ -24,7 +24,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from solomon.errors import first_line
-from solomon.serving.completions import Limits, RequestError, TimedOut, complete, parse, prepare, response
+from solomon.serving.completions import RequestError, TimedOut, complete, parse, prepare, response
+from solomon.serving.limits import Limits
 from solomon.serving.loader import Served
 
 

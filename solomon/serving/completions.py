@@ -1,6 +1,7 @@
-"""One completion, shaped like OpenAI's completions API: the request's schema and limits, and the generation
-itself (one token at a time through ``solomon.model.sampling.generate``, so a seed gives the same text here as in
-``solomon generate``, and stop strings and the deadline are checked between tokens).
+"""One completion, shaped like OpenAI's completions API: the request's schema, its check against the server's
+limits (``solomon.serving.limits``), and the generation itself (one token at a time through
+``solomon.model.sampling.generate``, so a seed gives the same text here as in ``solomon generate``, and stop
+strings and the deadline are checked between tokens).
 
 Supported: ``prompt`` (one string), ``max_tokens``, ``temperature`` (0 means greedy), ``top_k``, ``seed``,
 ``stop`` (a string or up to 4), ``n`` = 1, ``top_p`` = 1 only (nucleus sampling is not implemented: any other
@@ -18,9 +19,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from solomon.model.sampling import generate
+from solomon.serving.limits import MAX_SEED, Limits
 from solomon.serving.loader import Served
 
-MAX_SEED = 2**63 - 1
 MAX_STOPS = 4
 
 
@@ -34,15 +35,6 @@ class RequestError(Exception):
 
 class TimedOut(Exception):
     """The request's deadline passed before its completion was done."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_prompt_tokens: int = 256
-    max_tokens: int = 256  # the cap on a request's max_tokens
-    max_body_bytes: int = 64 * 1024
-    queue: int = 8  # requests waiting behind the one being generated; beyond it, 429
-    timeout_s: float = 60.0  # from arrival to the last token
 
 
 class CompletionRequest(BaseModel):

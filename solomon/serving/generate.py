@@ -16,7 +16,7 @@ import torch
 
 from solomon.errors import SolomonError
 from solomon.model.sampling import generate
-from solomon.serving.completions import MAX_SEED
+from solomon.serving.limits import MAX_SEED
 from solomon.serving.loader import load_verified
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from solomon import records
 from solomon.audit.verify import summary, verify
 from solomon.records import RunFiles
+from solomon.serving.limits import IMAGE_DIGEST_ENV
 
 
 class Broken(Exception):
@@ -56,7 +57,7 @@ def lineage(url: str, reference: str, root: Path) -> list[tuple[str, str]]:
         raise Broken("traffic", f"completions carry {answer.get('system_fingerprint')}, provenance says {served}")
     chain = [("traffic", f"{base}: completions carry system_fingerprint {served}, as /v1/provenance says")]
     image = provenance.get("image_digest")
-    chain.append(("image", image or "(not given to the server: set SOLOMON_IMAGE_DIGEST in the deployment)"))
+    chain.append(("image", image or f"(not given to the server: set {IMAGE_DIGEST_ENV} in the deployment)"))
 
     try:
         version = resolve(reference, root)

@@ -19,13 +19,8 @@ import uvicorn
 
 from solomon.errors import SolomonError
 from solomon.serving.app import create_app
-from solomon.serving.completions import Limits
+from solomon.serving.limits import Limits
 from solomon.serving.loader import Served, load_verified
-
-IMAGE_DIGEST_ENV = "SOLOMON_IMAGE_DIGEST"  # the serving image's digest, set by the deployment
-# A test hook the entry point reads (never this module): verification waits until that file exists, so a test can
-# see /readyz answer 503 before it.
-HOLD_ENV = "SOLOMON_SERVE_HOLD_UNTIL"
 
 
 @dataclass(frozen=True)
@@ -37,7 +32,7 @@ class Source:
     model: str | None = None
     expect_digest: str | None = None
     threads: int = 1
-    hold_until: Path | None = None  # the test hook above: wait for this file before verifying
+    hold_until: Path | None = None  # a test hook (limits.HOLD_ENV): wait for this file before verifying
 
 
 def load(source: Source) -> Served:

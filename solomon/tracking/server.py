@@ -3,6 +3,7 @@
 Used by `make mlflow-server` / `make mlflow-stop` and by the tests. The server binds 127.0.0.1 only, proxies
 artifact storage (clients never need the store's credentials), keeps the security middleware on with an
 explicit allowed-hosts list, and runs with job execution off (otherwise it spawns workers that outlive it).
+Without a backend named, it serves the workspace's own store (``served_store``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,23 @@ def wait_healthy(port: int, timeout: float = 90.0, process: subprocess.Popen | N
             pass
         time.sleep(0.3)
     return False
+
+
+SERVER_ARTIFACTS = "mlflow-server-artifacts"  # the artifact root beside a backend store named by the user
+
+
+def served_store(backend_uri: str | None, artifacts_dir: Path | None, root: Path = Path(".")) -> tuple[str, Path]:
+    """The backend store and artifact root a server serves: those given; without a backend, the workspace's own
+    store (``mlflow.db`` and its artifacts, where the stages log and `solomon promote` registers, built first when
+    new), so the server shows the workspace's runs, models and aliases; beside another backend, ``SERVER_ARTIFACTS``
+    unless ``artifacts_dir`` names one."""
+    if backend_uri:
+        return backend_uri, artifacts_dir or Path(SERVER_ARTIFACTS)
+    from solomon.tracking.store import ensure_sqlite_store, workspace_artifacts, workspace_store  # imports mlflow
+
+    uri = workspace_store(root)
+    ensure_sqlite_store(uri)  # whole before anyone writes to it: a kill while MLflow builds a schema breaks it
+    return uri, artifacts_dir or workspace_artifacts(root)
 
 
 def server_command(port: int, backend_uri: str, artifacts_dir: Path, app_name: str | None = None) -> list[str]:

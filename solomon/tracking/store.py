@@ -1,7 +1,7 @@
 """Where the tracking store is, and what every other tracking module builds on.
 
-- the store: ``tracking_uri`` (``MLFLOW_TRACKING_URI``, else SQLite in the workspace's ``mlflow.db``),
-  ``workspace_root`` and ``ensure_sqlite_store``;
+- the store: ``tracking_uri`` (``MLFLOW_TRACKING_URI``, else ``workspace_store``: SQLite in the workspace's
+  ``mlflow.db``, artifacts in ``workspace_artifacts``), ``workspace_root`` and ``ensure_sqlite_store``;
 - what may be shown of it: ``redact`` (the one redactor: user info and credential-like query parameters out of
   any text), ``public_uri`` (the store's URI, redacted) and ``warn`` (every tracking warning, redacted);
 - the MLflow run of a training run: ``find_run`` looks it up by its tag ``solomon.run_id``, ``open_run`` also
@@ -45,6 +45,10 @@ from solomon.errors import SolomonError, first_line
 from solomon.params import flatten
 from solomon.provenance import git_state
 
+# The embedded store at the workspace root: where the stages log and `solomon promote` registers unless
+# MLFLOW_TRACKING_URI names another store, and what `solomon track server` serves unless told another backend.
+STORE_DB = "mlflow.db"
+STORE_ARTIFACTS = "mlartifacts"  # beside the database
 EXPERIMENT = "solomon"  # unless MLFLOW_EXPERIMENT_NAME names another
 RUN_ID_TAG = "solomon.run_id"  # the training run id: one MLflow run per training run
 MODEL_TAG = "model.sha256"  # the model of the newest report logged to the run
@@ -77,8 +81,18 @@ def workspace_root(root: Path) -> Path:
     return root.resolve()
 
 
+def workspace_store(root: Path = Path(".")) -> str:
+    """The embedded store's URI: SQLite in the workspace's ``mlflow.db``."""
+    return f"sqlite:///{workspace_root(root) / STORE_DB}"
+
+
+def workspace_artifacts(root: Path = Path(".")) -> Path:
+    """Where the embedded store keeps artifacts: beside its database."""
+    return workspace_root(root) / STORE_ARTIFACTS
+
+
 def tracking_uri(root: Path = Path(".")) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{workspace_root(root) / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or workspace_store(root)
 
 
 def connect(root: Path = Path(".")) -> MlflowClient:
@@ -168,7 +182,7 @@ def _experiment_id(client: MlflowClient, uri: str, root: Path) -> str:
     if experiment is not None:
         return experiment.experiment_id
     # Embedded SQLite keeps artifacts beside the database; a server decides for itself.
-    location = (workspace_root(root) / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
+    location = workspace_artifacts(root).as_uri() if uri.startswith("sqlite:") else None
     try:
         return client.create_experiment(name, artifact_location=location)
     except MlflowException as exc:  # another process created it first

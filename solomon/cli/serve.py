@@ -1,0 +1,134 @@
+"""`solomon generate`, `solomon serve` and `solomon lineage`: a verified run's model at work, and back to its run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from solomon.cli.arguments import POSITIVE_FLOAT, POSITIVE_INT, add_root, add_run_arguments, number, run_of
+from solomon.errors import SolomonError
+from solomon.records import PARAMS_FILE
+from solomon.serving.limits import EXPECT_DIGEST_ENV, HOLD_ENV, IMAGE_DIGEST_ENV, MAX_SEED, Limits
+
+SEED_LINE = "seed: "  # `solomon generate` writes "seed: <n>" to stderr: --seed <n> gives the same text again
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    _register_generate(commands)
+    _register_serve(commands)
+    lineage = commands.add_parser(
+        "lineage", help="walk from a live server to its registry version, manifest, run, weights and corpus"
+    )
+    lineage.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    lineage.add_argument(
+        "--model", help="the alias the server must serve: models:/<name>@<alias> (default: promote.* in params.yaml)"
+    )
+    add_root(lineage)
+    lineage.set_defaults(func=_lineage)
+
+
+def _register_generate(commands: argparse._SubParsersAction) -> None:
+    sample = commands.add_parser("generate", help="sample text from a run's model, after verifying its files")
+    add_run_arguments(sample)
+    sample.add_argument("--prompt", required=True, help="the text to continue")
+    sample.add_argument(
+        "--max-new-tokens", type=POSITIVE_INT, help="how many tokens at most (default: the run's train.samples)"
+    )
+    sample.add_argument(
+        "--temperature",
+        type=POSITIVE_FLOAT,
+        help="above 0; lower is more predictable (default: the run's train.samples)",
+    )
+    sample.add_argument(
+        "--top-k", type=POSITIVE_INT, help="sample among the k likeliest tokens (default: the run's train.samples)"
+    )
+    sample.add_argument(
+        "--seed",
+        type=number(int, at_least=0, at_most=MAX_SEED),
+        help=f"same seed, same text (default: a fresh one; every run writes '{SEED_LINE}<n>' to stderr)",
+    )
+    sample.set_defaults(func=_generate)
+
+
+def _generate(args: argparse.Namespace) -> None:
+    from solomon.serving.generate import draw_seed, generate_text
+
+    seed = draw_seed() if args.seed is None else args.seed
+    text = generate_text(
+        run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, seed
+    )
+    print(f"{SEED_LINE}{seed}", file=sys.stderr)  # stdout stays the text alone
+    print(text)
+
+
+def _register_serve(commands: argparse._SubParsersAction) -> None:
+    server = commands.add_parser(
+        "serve", help="serve a verified run over HTTP: OpenAI-style /v1/completions, /v1/provenance, /readyz"
+    )
+    add_run_arguments(server)
+    server.add_argument("--model", help="a registry alias instead of a run: models:/<name>@<alias>")
+    server.add_argument(
+        "--expect-digest",
+        default=os.environ.get(EXPECT_DIGEST_ENV) or None,
+        help=f"the manifest SHA256 the run must have (default: ${EXPECT_DIGEST_ENV}; with --model, its tag)",
+    )
+    server.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    server.add_argument("--port", type=POSITIVE_INT, default=8000, help="the port (default: 8000)")
+    server.add_argument("--threads", type=POSITIVE_INT, default=1, help="torch threads (default: 1)")
+    server.add_argument(
+        "--image-digest",
+        default=os.environ.get(IMAGE_DIGEST_ENV) or None,
+        help=f"the serving image's digest, reported by /v1/provenance (default: ${IMAGE_DIGEST_ENV})",
+    )
+    add_limit_options(server)
+    server.set_defaults(func=_serve)
+
+
+def add_limit_options(parser: argparse.ArgumentParser) -> None:
+    """One option per field of ``Limits``, named, explained and bounded there: the defaults live only in Limits."""
+    for limit in fields(Limits):
+        option = limit.metadata["option"] or f"--{limit.name.replace('_', '-')}"
+        parser.add_argument(
+            option,
+            dest=limit.name,
+            metavar=option.removeprefix("--").replace("-", "_").upper(),
+            type=number(type(limit.default), **limit.metadata["bounds"]),
+            default=limit.default,
+            help=f"{limit.metadata['help']} (default: {limit.default:g})",
+        )
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from functools import partial
+
+    from solomon.serving.server import Source, load, serve
+
+    if args.model and (args.run or args.run_option):
+        raise SolomonError("give a run or --model, not both")
+    root = Path(args.root)
+    run_dir = None if args.model else run_of(args)
+    hold = os.environ.get(HOLD_ENV)
+    source = Source(root, run_dir, args.model, args.expect_digest, args.threads, Path(hold) if hold else None)
+    limits = Limits(**{limit.name: getattr(args, limit.name) for limit in fields(Limits)})
+    serve(partial(load, source), args.host, args.port, limits, args.image_digest)
+
+
+def _lineage(args: argparse.Namespace) -> None:
+    from solomon.params import PromoteParams, load_params
+    from solomon.serving.lineage import Broken, lineage
+
+    root = Path(args.root)
+    params_path = root / PARAMS_FILE
+    policy = load_params(params_path).promote if params_path.is_file() else PromoteParams()
+    reference = args.model or f"models:/{policy.model_name}@{policy.alias}"
+    try:
+        chain = lineage(args.url, reference, root)
+    except Broken as broken:
+        print(f"lineage broken at {broken}")
+        raise SystemExit(1) from None
+    for link, holds in chain:
+        print(f"{link:<13}{holds}")
+    print("lineage holds: every link verified")

@@ -1,0 +1,109 @@
+"""`solomon bench`, `solomon review` and `solomon docs`: the numbers behind docs/performance.md, the merge-request
+note, and the experiment pages."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from solomon.cli.arguments import POSITIVE_INT, add_root
+from solomon.errors import SolomonError
+from solomon.records import PARAMS_FILE
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    _register_review(commands)
+    bench = commands.add_parser("bench", help="tokens/s, GFLOP/s and MFU per variant; a real train stage's overheads")
+    bench.add_argument("--params", default=PARAMS_FILE, help=f"the params to benchmark (default: {PARAMS_FILE})")
+    bench.add_argument("--steps", type=POSITIVE_INT, default=20, help="timed steps per variant (after 3 warm-up steps)")
+    bench.add_argument("--stage-steps", type=int, default=200, help="steps of the timed real train stage (0: skip it)")
+    bench.add_argument("--out", default="reports/bench", help="where the JSON record goes")
+    bench.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variants")
+    bench.add_argument(
+        "--serving-clients", type=int, default=4, help="concurrent clients of the serving load figure (0: skip it)"
+    )
+    bench.set_defaults(func=_bench)
+    docs = commands.add_parser("docs", help="the experiments behind docs/*.md").add_subparsers(
+        dest="docs_command", required=True
+    )
+    for name, text in (
+        ("run", "run a page's `dvc exp run` commands in a scratch copy, keep their results, redraw the page"),
+        ("render", "redraw pages (commands, tables, charts) from their checked-in results; no training"),
+    ):
+        command = docs.add_parser(name, help=text)
+        command.add_argument("page", nargs="*", help="pages of docs/experiments.yaml (default: all)")
+        add_root(command)
+        command.set_defaults(func=_docs)
+
+
+def _register_review(commands: argparse._SubParsersAction) -> None:
+    review = commands.add_parser(
+        "review", help="the merge-request note: dvc metrics and params diff of two revisions (--post: to GitLab)"
+    )
+    review.add_argument("--base", required=True, help="the target branch's revision, e.g. origin/main")
+    review.add_argument("--head", default="HEAD", help="the revision under review (default: HEAD)")
+    review.add_argument("--repo", default=".", help="the git + DVC repository (default: here)")
+    review.add_argument(
+        "--post", action="store_true", help="create, or edit in place, the MR note (GitLab CI variables + token)"
+    )
+    review.add_argument("--token-env", default="SOLOMON_REVIEW_TOKEN", help="variable holding the API token")
+    review.set_defaults(func=_review)
+
+
+def _review(args: argparse.Namespace) -> None:
+    from solomon.tools.review import NotesApi, post_or_update, render_note
+
+    pipeline = os.environ.get("CI_PIPELINE_URL")
+    footer = f"<sub>Pipeline {pipeline}; this note is edited in place on every push.</sub>" if pipeline else ""
+    body = render_note(Path(args.repo), args.base, args.head, footer)
+    if not args.post:
+        print(body, end="")
+        return
+    action, note_id = post_or_update(NotesApi.from_ci_environment(args.token_env), body)
+    print(f"review note {note_id} {action}")
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from datetime import UTC, datetime
+
+    from solomon.atomic import write_json
+    from solomon.params import load_params
+    from solomon.tools.bench import measure
+
+    params = load_params(args.params)
+    result = measure(
+        params, Path("."), args.steps, not args.skip_compile, args.stage_steps, args.serving_clients, report=print
+    )
+    out = Path(args.out) / f"{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
+    write_json(out, result)
+    print(f"written: {out}")
+
+
+def _docs(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from solomon.tools.experiments.render import render_page
+    from solomon.tools.experiments.results import data_dir, stale_runs
+    from solomon.tools.experiments.runner import run_page
+    from solomon.tools.experiments.spec import SPEC, load_spec, read_params
+
+    root = Path(args.root).resolve()
+    spec = load_spec(root / SPEC)
+    pages = args.page or list(spec["pages"])
+    unknown = [page for page in pages if page not in spec["pages"]]
+    if unknown:
+        raise SolomonError(f"no page {unknown[0]!r} in {SPEC}: choose from {', '.join(spec['pages'])}")
+    params = read_params(root)
+    docs = root / SPEC.parent
+    for page in pages:
+        if args.docs_command == "run":
+            with tempfile.TemporaryDirectory(prefix=f"solomon-docs-{page}-") as scratch:
+                measured = run_page(spec, page, root, Path(scratch) / "repo", data_dir(docs, page))
+            for run, figures in measured.items():
+                rss = f", peak RSS {figures['peak_rss_mib']} MiB" if "peak_rss_mib" in figures else ""
+                print(f"{page}/{run}: {figures['wall_s']} s{rss}")
+        print(f"docs: {render_page(spec, page, docs, params)}")
+        for line in stale_runs(spec, page, docs, params):
+            print(f"docs: warning: {line}: rerun `solomon docs run {page}`", file=sys.stderr)

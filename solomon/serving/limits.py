@@ -1,0 +1,32 @@
+"""What a server accepts: its limits, each with what `solomon serve --help` says of it, the largest seed, and the
+names of the variables a deployment sets.
+
+Plain data (no torch), so the ``solomon`` command builds `serve`'s options from these fields, and their defaults
+are spelled only here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_SEED = 2**63 - 1  # a request's seed, and `solomon generate --seed`
+# The deployment's variables, read by the entry point (`solomon serve`), never by the serving library:
+IMAGE_DIGEST_ENV = "SOLOMON_IMAGE_DIGEST"  # the serving image's digest: an image cannot know its own
+EXPECT_DIGEST_ENV = "SOLOMON_EXPECT_DIGEST"  # the manifest digest the server must find
+HOLD_ENV = "SOLOMON_SERVE_HOLD_UNTIL"  # a test hook: verification waits until this file exists (/readyz 503 first)
+
+
+def _limit(default: float, help: str, option: str | None = None, **bounds: float) -> Any:
+    """A field of ``Limits`` with its command-line option: ``--<field-name>`` unless ``option`` names another, its
+    value checked against ``bounds`` (``at_least`` or ``above``)."""
+    return field(default=default, metadata={"help": help, "option": option, "bounds": bounds})
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_prompt_tokens: int = _limit(256, "the longest prompt a request may send, in tokens", at_least=1)
+    max_tokens: int = _limit(256, "the cap on a request's max_tokens", at_least=1)
+    max_body_bytes: int = _limit(64 * 1024, "the largest request body, in bytes", at_least=1)
+    queue: int = _limit(8, "requests waiting behind the one being generated; beyond them, 429", at_least=0)
+    timeout_s: float = _limit(60.0, "seconds per request, from its arrival to its last token", "--timeout", above=0)
