@@ -330,3 +330,21 @@ def test_a_kill_while_the_sqlite_store_is_created_never_leaves_a_broken_store(tm
     assert not db.exists(), "a half-built store in place of mlflow.db: MLflow can never open it"
     ensure_sqlite_store(uri)
     assert MlflowClient(uri).get_experiment_by_name("Default") is not None
+
+
+def test_importing_the_store_changes_no_environment_and_opening_it_sets_fail_fast_defaults(tmp_path: Path) -> None:
+    """MLflow's HTTP defaults are set by the store's openers, never by an import (a user's own values win)."""
+    script = (
+        "import os, mlflow.tracking; before = dict(os.environ)\n"  # mlflow sets a telemetry session id itself
+        "from solomon.tracking import live, registry, replay, store\n"
+        "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
+        "store.connect()\n"
+        "print(os.environ['MLFLOW_HTTP_REQUEST_MAX_RETRIES'], os.environ['MLFLOW_HTTP_REQUEST_TIMEOUT'])\n"
+    )
+    env = {k: v for k, v in pipeline_env().items() if not k.startswith("MLFLOW_")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "10"]
+    mine = env | {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=mine, capture_output=True, text=True)
+    assert done.stdout.split() == ["1", "3"], done.stderr

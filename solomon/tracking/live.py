@@ -23,6 +23,7 @@ from solomon.tracking.store import (
     Metric,
     error_line,
     eval_metrics,
+    fail_fast,
     history_metrics,
     missing_metrics,
     missing_samples,
@@ -124,6 +125,7 @@ class LiveTracker:
     """
 
     def __init__(self, params: Params, root: Path = Path(".")) -> None:
+        fail_fast()  # here, on the training thread: the sending thread's opener then finds them set
         self.uri = public_uri(root)  # for messages: the client finds the store itself
         self._root = root
         self._params = param_values(params.model_dump(mode="json"))
