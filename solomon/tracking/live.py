@@ -3,7 +3,8 @@ holds up a step, and never stops one. What does not arrive is logged later by ``
 
 The same thread samples the machine's and the training process's CPU and memory (``SystemSampler``) and logs them
 as MLflow's system metrics (``system/...``, its "System metrics" tab): read from ``/proc`` and ``os.times``, never
-on the training thread, so they cost a step nothing. They exist only live: a replay cannot know them."""
+on the training thread, so they cost a step nothing. They exist only live: a replay cannot know them. (MLflow's own
+monitor does not survive an outage: docs/tracking.md says what was measured.)"""
 
 from __future__ import annotations
 
