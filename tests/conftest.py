@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -116,11 +117,27 @@ def logged_steps(directory: Path) -> int:
 
 
 def wait_for_steps(process: subprocess.Popen, cwd: Path, steps: int, timeout: float = 120) -> None:
+    wait_until(lambda: logged_steps(cwd) >= steps, f"step {steps} in {cwd / 'train_log.tsv'}", process=process,
+               timeout=timeout, interval=0.01)  # fmt: skip
+
+
+def wait_until(
+    condition: Callable[[], object],
+    what: str,
+    *,
+    process: subprocess.Popen | None = None,
+    timeout: float = 120,
+    interval: float = 0.1,
+) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds, or as soon as ``process``
+    (the one expected to bring it about) has exited, with the end of its output."""
     deadline = time.monotonic() + timeout
-    while logged_steps(cwd) < steps:
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"no step {steps} within {timeout} s"
-        time.sleep(0.01)
+    while not condition():
+        if process is not None and process.poll() is not None:
+            output = "".join(part for part in process.communicate() if part)
+            raise AssertionError(f"waiting for {what}: the process exited with {process.returncode}\n{output[-3000:]}")
+        assert time.monotonic() < deadline, f"waiting for {what}: not within {timeout:g} s"
+        time.sleep(interval)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the marker must be there when it looks

@@ -7,8 +7,9 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from conftest import wait_until
 
 from solomon.tools.scratch import pipeline_env
 
@@ -45,17 +46,15 @@ def request(port: int, method: str, path: str, body: object = None, raw: bytes |
     return answer.status, json.loads(payload), {k.lower(): v for k, v in answer.getheaders()}
 
 
+def answers_200(port: int, path: str) -> bool:
+    try:
+        return request(port, "GET", path)[0] == 200
+    except OSError:  # not listening yet
+        return False
+
+
 def wait(port: int, process: subprocess.Popen, path: str = "/readyz", timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        assert process.poll() is None, process.communicate()
-        try:
-            if request(port, "GET", path)[0] == 200:
-                return
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"{path} not 200 within {timeout} s"
-        time.sleep(0.1)
+    wait_until(lambda: answers_200(port, path), f"{path} to answer 200", process=process, timeout=timeout)
 
 
 def stop(process: subprocess.Popen) -> None:

@@ -75,9 +75,7 @@ def test_the_loop_and_its_collaborators_read_no_environment_variable(name: str) 
 
 
 def test_the_fingerprint_hashes_the_loop_import_closure() -> None:
-    from solomon.train.fingerprint import LOOP
-
-    from solomon.train.fingerprint import NOT_CODE
+    from solomon.train.fingerprint import LOOP, NOT_CODE
 
     names = relative_names(closure(LOOP, exclude=NOT_CODE))
     assert "solomon/params.py" not in names  # its values are fingerprinted, not its text

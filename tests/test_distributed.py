@@ -101,10 +101,7 @@ def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(repo_copy:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 120
-    while not (log.exists() and len(log.read_text().splitlines()) > 13):  # past the checkpoint at step 10
-        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0][-3000:]
-        time.sleep(0.01)
+    wait_for_steps(job, log.parent, 13)  # past the checkpoint at step 10
     pid = rank_pid(1)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)

@@ -5,10 +5,12 @@ uninterrupted run."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from conftest import DVC, pipeline_env
 
 from solomon import records
@@ -55,3 +57,24 @@ def test_a_failed_train_stage_keeps_its_logs_and_the_next_run_matches_an_uninter
     for name in (records.EVAL_LOG, records.VAL_LOSS_LOG, records.TRAIN_METRICS):
         assert (repo_copy / name).read_bytes() == before[name], name
     assert os.path.getsize(repo_copy / records.TRAIN_RUN) > 0
+
+
+def test_a_run_that_fails_while_it_finishes_is_failed_in_mlflow(tiny_run, tmp_path: Path, monkeypatch) -> None:
+    """Training done, then writing the output model fails: the MLflow run says FAILED, never FINISHED."""
+    from mlflow.tracking import MlflowClient
+
+    from solomon.tracking.live import LiveTracker
+    from solomon.tracking.store import RUN_ID_TAG, tracking_uri
+    from solomon.train.loop import train
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the embedded store in tmp_path
+    params, paths = tiny_run({"train": {"max_steps": 10}})
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    paths = dataclasses.replace(paths, model_dir=blocker / "models")  # the model's directory cannot be made
+    with pytest.raises(OSError):
+        train(params, paths, fresh=True, tracker=LiveTracker(params, tmp_path))
+    client = MlflowClient(tracking_uri(tmp_path))
+    [run] = client.search_runs([client.get_experiment_by_name("solomon").experiment_id])
+    assert run.data.tags[RUN_ID_TAG] and [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert run.info.status == "FAILED"

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import flip_last_byte, latest_run_dir
+from conftest import flip_last_byte, latest_run_dir, wait_until
 from serve_helpers import SOLOMON, request, start, stop, wait
 
 from solomon.tools.scratch import pipeline_env
@@ -123,24 +123,26 @@ def test_tampered_weights_refuse_to_start_with_one_line(repo_copy: Path) -> None
 
 
 def test_sigterm_finishes_the_requests_in_flight_then_exits_0(repo_copy: Path) -> None:
-    process, port = start(repo_copy, "--timeout", "300")
+    # Room for three requests (one generating, two queued): a fourth is refused, and that refusal is the server
+    # saying that three are in flight. ~1 s each, so the fourth arrives long before the first is done.
+    process, port = start(repo_copy, "--timeout", "300", "--queue", "2", "--max-tokens", "1024")
     wait(port, process)
     answers, finished = [], []
-    long = GOOD | {"max_tokens": 256, "stop": "no such stop string"}
+    long = GOOD | {"max_tokens": 1024, "stop": "no such stop string"}
 
     def ask() -> None:
         answers.append(request(port, "POST", "/v1/completions", long))
         finished.append(time.monotonic())
 
-    threads = [threading.Thread(target=ask) for _ in range(3)]
+    threads = [threading.Thread(target=ask) for _ in range(4)]
     for thread in threads:
         thread.start()
-    time.sleep(0.3)
+    wait_until(lambda: any(a[0] == 429 for a in answers), "a 429: the server holding three requests", process=process)
     signalled = time.monotonic()
     process.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join(timeout=120)
     assert process.wait(timeout=60) == 0, process.stderr.read()
-    assert [a[0] for a in answers] == [200, 200, 200], answers
-    assert all(a[1]["usage"]["completion_tokens"] > 0 for a in answers)
+    assert sorted(a[0] for a in answers) == [200, 200, 200, 429], answers
+    assert all(a[1]["usage"]["completion_tokens"] > 0 for a in answers if a[0] == 200)
     assert max(finished) > signalled  # they were in flight when the signal came

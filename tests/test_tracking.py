@@ -11,12 +11,11 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DVC, digest, latest_run_dir
+from conftest import DVC, digest, latest_run_dir, wait_until
 from mlflow.tracking import MlflowClient
 
 from solomon.tools.scratch import pipeline_env
@@ -138,14 +137,6 @@ def test_sync_rebuilds_a_whole_run_in_an_empty_server(
     check_everything_readable(MlflowClient(server.uri), run_dir, tmp_path)
 
 
-def wait_until(condition, what: str, process: subprocess.Popen | None = None, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert process is None or process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.1)
-
-
 def logged_steps(uri: str, run_id: str) -> list[int]:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("solomon")
@@ -183,7 +174,7 @@ def test_live_training_rides_out_a_server_that_is_down_comes_back_and_dies(
     server, release = idle_server, tmp_path / "go"
     env = {"MLFLOW_TRACKING_URI": server.uri, "SOLOMON_PAUSE_AT": f"15:{release}", "SOLOMON_TRACKING_RETRY_S": "1"}
     training = start_retraining(repo_copy, env)
-    wait_until(Path(f"{release}.paused").exists, "training paused at step 15", training)
+    wait_until(Path(f"{release}.paused").exists, "training paused at step 15", process=training)
     server.start()
     run_id = run_id_of(repo_copy)
     wait_until(lambda: logged_steps(server.uri, run_id) == list(range(1, 16)), "steps 1-15 caught up live")
@@ -213,7 +204,7 @@ def test_killed_and_resumed_training_is_one_mlflow_run(repo_copy: Path, server: 
     release = tmp_path / "go"
     env = {"MLFLOW_TRACKING_URI": server.uri, "SOLOMON_PAUSE_AT": f"25:{release}"}
     training = start_retraining(repo_copy, env)
-    wait_until(Path(f"{release}.paused").exists, "training paused at step 25", training)
+    wait_until(Path(f"{release}.paused").exists, "training paused at step 25", process=training)
     run_id = run_id_of(repo_copy)
     wait_until(lambda: logged_steps(server.uri, run_id) == list(range(1, 26)), "steps 1-25 logged live")
     os.killpg(training.pid, signal.SIGKILL)  # checkpoint at 20: steps 21-25 are recomputed on resume
@@ -330,7 +321,7 @@ def test_a_kill_while_the_sqlite_store_is_created_never_leaves_a_broken_store(tm
     script = f"from solomon.tracking.store import ensure_sqlite_store as e; print('ready', flush=True); e({uri!r})"
     creator = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert creator.stdout.readline().strip() == "ready"
-    wait_until(lambda: schema_tables(tmp_path) > 0, "the schema's first tables", creator, timeout=60)
+    wait_until(lambda: schema_tables(tmp_path) > 0, "the schema's first tables", process=creator, timeout=60)
     creator.send_signal(signal.SIGSTOP)  # frozen part-way through the schema: the state the kill leaves
     still_building = creator.poll() is None
     creator.kill()
@@ -382,3 +373,21 @@ def test_track_server_serves_the_runs_the_workspace_logged(tmp_path: Path, monke
     finally:
         stopped = subprocess.run([solomon, "track", "stop"], cwd=tmp_path, capture_output=True, text=True)
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_importing_the_store_changes_no_environment_and_opening_it_sets_fail_fast_defaults(tmp_path: Path) -> None:
+    """MLflow's HTTP defaults are set by the store's openers, never by an import (a user's own values win)."""
+    script = (
+        "import os, mlflow.tracking; before = dict(os.environ)\n"  # mlflow sets a telemetry session id itself
+        "from solomon.tracking import live, registry, replay, store\n"
+        "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
+        "store.connect()\n"
+        "print(os.environ['MLFLOW_HTTP_REQUEST_MAX_RETRIES'], os.environ['MLFLOW_HTTP_REQUEST_TIMEOUT'])\n"
+    )
+    env = {k: v for k, v in pipeline_env().items() if not k.startswith("MLFLOW_")}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "10"]
+    mine = env | {"MLFLOW_HTTP_REQUEST_TIMEOUT": "3"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=mine, capture_output=True, text=True)
+    assert done.stdout.split() == ["1", "3"], done.stderr

@@ -3,8 +3,8 @@
 One MLflow run per training run, found again by its run id (tag ``solomon.run_id``; the same id names the run
 directory), so a killed and resumed run, and every report made of it, land in the same MLflow run.
 
-- ``store``: where the store is, and finding or opening the MLflow run of a training run (the shared base; it
-  sets MLflow's HTTP defaults, so every other module imports it before mlflow); its ``redact`` takes credentials
+- ``store``: where the store is, and finding or opening the MLflow run of a training run (the shared base; its
+  openers give MLflow's HTTP client fail-fast defaults); its ``redact`` takes credentials
   out of every URI and message shown, so the store's URI is never printed, logged or recorded as given;
 - ``live``: ``LiveTracker`` streams the training loop's steps, evaluations and samples while it trains;
 - ``replay``: ``sync_run`` logs a run directory, adding only what is missing (the report stage, and

@@ -3,7 +3,8 @@ holds up a step, and never stops one. What does not arrive is logged later by ``
 
 The same thread samples the machine's and the training process's CPU and memory (``SystemSampler``) and logs them
 as MLflow's system metrics (``system/...``, its "System metrics" tab): read from ``/proc`` and ``os.times``, never
-on the training thread, so they cost a step nothing. They exist only live: a replay cannot know them."""
+on the training thread, so they cost a step nothing. They exist only live: a replay cannot know them. (MLflow's own
+monitor does not survive an outage: docs/tracking.md says what was measured.)"""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from solomon.tracking.store import (
     Metric,
     error_line,
     eval_metrics,
+    fail_fast,
     history_metrics,
     missing_metrics,
     missing_samples,
@@ -124,6 +126,7 @@ class LiveTracker:
     """
 
     def __init__(self, params: Params, root: Path = Path(".")) -> None:
+        fail_fast()  # here, on the training thread: the sending thread's opener then finds them set
         self.uri = public_uri(root)  # for messages: the client finds the store itself
         self._root = root
         self._params = param_values(params.model_dump(mode="json"))

@@ -7,15 +7,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from solomon.tracking import store  # first: it sets MLflow's HTTP defaults before mlflow is imported
-
-# isort: split
 from mlflow.exceptions import MlflowException
 
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.params import runs_root
 from solomon.records import WEIGHTS_FILE
+from solomon.tracking import store
 
 
 def logged_run(run_id: str, root: Path = Path(".")) -> str:

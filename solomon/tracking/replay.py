@@ -12,15 +12,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from solomon.tracking import store  # first: it sets MLflow's HTTP defaults before mlflow is imported
-
-# isort: split
 from mlflow.entities import Metric, RunStatus
 from mlflow.models import Model
 
 from solomon.hashing import sha256_file
 from solomon.params import Params, read_yaml
 from solomon.records import CONFIG_FILE, DVC_LOCK, WEIGHTS_FILE, RunFiles, read_evals, read_json, read_steps
+from solomon.tracking import store
 
 MLMODEL = "MLmodel"  # MLflow's description of a model directory, beside the weights
 MODEL_FLAVOR = "solomon"  # loaded by `solomon serve --model models:/<name>@<alias>`, which verifies first

@@ -10,7 +10,8 @@
   ``mlflow.source.*`` and ``mlflow.user``), step and evaluation metrics, sample pages, the corpus as a dataset
   input (``corpus_dataset``).
 
-Every tracking module imports this one before mlflow: it sets MLflow's HTTP defaults.
+Both openers of the store (``connect``, ``open_run``) first give MLflow's HTTP client its fail-fast defaults
+(``fail_fast``); importing this module changes nothing.
 """
 
 from __future__ import annotations
@@ -23,10 +24,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-# Fail fast instead of retrying for minutes when a server is down: tracking must never hold up a run.
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 from mlflow.data.meta_dataset import MetaDataset
 from mlflow.data.sources import LocalArtifactDatasetSource
@@ -95,7 +92,18 @@ def tracking_uri(root: Path = Path(".")) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or workspace_store(root)
 
 
+# MLflow reads these at each request; one retry and 10 s instead of its minutes of retries, unless the user set them.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+def fail_fast() -> None:
+    """Fail fast instead of retrying for minutes when a server is down: tracking must never hold up a run."""
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
 def connect(root: Path = Path(".")) -> MlflowClient:
+    fail_fast()
     return MlflowClient(tracking_uri=tracking_uri(root))
 
 
@@ -207,6 +215,7 @@ def open_run(
     run_id: str, tags: dict[str, str], params: dict[str, str], root: Path = Path(".")
 ) -> tuple[MlflowClient, str]:
     """The MLflow run of training run ``run_id`` (created when new), given the params and tags it lacks."""
+    fail_fast()
     uri = tracking_uri(root)
     ensure_sqlite_store(uri)
     client = MlflowClient(tracking_uri=uri)

@@ -269,11 +269,11 @@ def train(
         if not group.is_main:
             status = "FINISHED"
             return {}
-        with timers("tracking"):
-            tracker.finish("FINISHED")  # the last sends: part of this run's time
         metrics = _finish(params, paths, checkpointer, parts, run_id, start, done, timers, started, hooks)
         status = "FINISHED"
     finally:
+        # Once, after everything else: a run FINISHED in MLflow has all its files on disk, and a failure while
+        # finishing leaves it FAILED (the last sends are not in the run record's time).
         tracker.finish("KILLED" if exit_code is not None else status)
     return metrics
 
