@@ -53,9 +53,9 @@ def main() -> None:
     group = ProcessGroup.from_environment(params.train.nproc, os.environ)
     tracker = None
     if params.tracking.enabled and group.is_main:
-        from solomon.tracking.live import LiveTracker  # imports mlflow: only when tracking
+        from solomon.tracking.live import RETRY_ENV, RETRY_S, LiveTracker  # imports mlflow: only when tracking
 
-        tracker = LiveTracker(params)
+        tracker = LiveTracker(params, retry_s=float(os.environ.get(RETRY_ENV, RETRY_S)))
     try:
         metrics = train(params, paths, args.fresh, tracker, group, Hooks.from_environment(os.environ), describe())
     finally:

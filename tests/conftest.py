@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,12 +20,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from solomon.params import read_yaml
+from solomon.pipeline import dvc_executable, stage_command
+from solomon.records import PARAMS_FILE, STEP_LOG, TOKENIZER, TOKENS_DIR
 from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, merge, pipeline_env, run
 from solomon.train import hooks
 
 ROOT = Path(__file__).resolve().parents[1]
-DVC = str(Path(sys.executable).parent / "dvc")
-TRAIN = str(ROOT / "stages/train.py")
+DVC = dvc_executable()
 
 # One thread per process: torch with two threads beside another busy process slows down badly.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -66,24 +67,25 @@ def dvc(repo: Path, *args: str, check: bool = True):
 def workdir(built_repo: Path, path: Path, overrides: dict | None = None) -> Path:
     """params.yaml for a training run in ``path``; tracking off unless ``overrides`` turn it on (test_tracking)."""
     path.mkdir(parents=True, exist_ok=True)
-    params = merge(yaml.safe_load((built_repo / "params.yaml").read_text()), {"tracking": {"enabled": False}})
+    params = merge(read_yaml(built_repo / PARAMS_FILE), {"tracking": {"enabled": False}})
     params = merge(params, overrides or {})
     (path / "params.yaml").write_text(yaml.safe_dump(params))
     return path
 
 
-def train_args(built_repo: Path, tokens_dir: Path | None = None) -> list[str]:
-    return [
-        sys.executable,
-        TRAIN,
-        str(tokens_dir or built_repo / "data/tokens"),
-        str(built_repo / "data/tokenizer.json"),
-        "models",
-        "checkpoints",
-        "train_log.tsv",
-        "train_evals.jsonl",
-        "train_metrics.json",
-    ]
+def train_args(built_repo: Path, cwd: Path, tokens_dir: Path | None = None) -> list[str]:
+    """The train stage's own command (dvc.yaml's, through solomon.pipeline) to run in ``cwd``: its inputs are the
+    built pipeline's (``cwd/data`` links to them, ``tokens_dir`` in place of its tokens); its outputs land in
+    ``cwd`` where the stage writes them (models/, checkpoints/, reports/…). A ``cwd`` with data of its own (a
+    repository copy) keeps it."""
+    data = cwd / "data"
+    if not (data / "tokens").exists() or (data / "tokens").is_symlink():
+        data.mkdir(parents=True, exist_ok=True)
+        inputs = {"tokens": tokens_dir or built_repo / TOKENS_DIR, "tokenizer.json": built_repo / TOKENIZER}
+        for name, target in inputs.items():
+            (data / name).unlink(missing_ok=True)
+            (data / name).symlink_to(target)
+    return stage_command(ROOT, "train")
 
 
 def run_train(
@@ -101,23 +103,28 @@ def run_train(
         point, step = crash_at.rsplit(":", 1)
         env |= hooks.crash_environment(point, int(step))
     return subprocess.run(
-        [*train_args(built_repo, tokens_dir), *extra], cwd=cwd, env=env, capture_output=True, text=True
+        [*train_args(built_repo, cwd, tokens_dir), *extra], cwd=cwd, env=env, capture_output=True, text=True
     )
 
 
 def start_train(built_repo: Path, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        train_args(built_repo), cwd=cwd, env=pipeline_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        train_args(built_repo, cwd),
+        cwd=cwd,
+        env=pipeline_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
 def logged_steps(directory: Path) -> int:
-    path = directory / "train_log.tsv"
+    path = directory / STEP_LOG
     return max(0, len(path.read_text().splitlines()) - 1) if path.exists() else 0
 
 
 def wait_for_steps(process: subprocess.Popen, cwd: Path, steps: int, timeout: float = 120) -> None:
-    wait_until(lambda: logged_steps(cwd) >= steps, f"step {steps} in {cwd / 'train_log.tsv'}", process=process,
+    wait_until(lambda: logged_steps(cwd) >= steps, f"step {steps} in {cwd / STEP_LOG}", process=process,
                timeout=timeout, interval=0.01)  # fmt: skip
 
 
@@ -170,14 +177,13 @@ def repo_copy(built_repo: Path, tmp_path: Path) -> Path:
 @pytest.fixture
 def tiny_run(built_repo: Path, tmp_path: Path):
     """Build (params, TrainPaths) for an in-process training run on the tiny pipeline's tokens."""
-    import yaml
 
     from solomon.params import Params
     from solomon.tools.scratch import merge
     from solomon.train.loop import TrainPaths
 
     def make(overrides: dict | None = None, out: Path | None = None):
-        base = yaml.safe_load((built_repo / "params.yaml").read_text())
+        base = read_yaml(built_repo / PARAMS_FILE)
         params = Params.model_validate(merge(base, overrides or {}))
         out = out or tmp_path
         paths = TrainPaths(

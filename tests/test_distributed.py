@@ -14,6 +14,7 @@ import pytest
 import yaml
 from conftest import DVC, digest, dvc, logged_steps, run_train, train_args, wait_for_steps, workdir
 
+from solomon.records import STEP_LOG, TRAIN_METRICS
 from solomon.tools.scratch import merge, pipeline_env
 
 TWO_RANKS = {"train": {"nproc": 2, "accum_steps": 1, "threads": 1}}
@@ -31,7 +32,7 @@ def recorded_batches(directory: Path) -> dict[int, list[list[int]]]:
 
 
 def step_losses(directory: Path) -> list[float]:
-    lines = (directory / "train_log.tsv").read_text().splitlines()
+    lines = (directory / STEP_LOG).read_text().splitlines()
     column = lines[0].split("\t").index("loss")
     return [float(line.split("\t")[column]) for line in lines[1:]]
 
@@ -123,7 +124,12 @@ def test_sigterm_stops_every_rank_at_one_step_with_a_checkpoint_and_the_resume_i
 ) -> None:
     cwd = workdir(built_repo, tmp_path / "run", TWO_RANKS)
     job = subprocess.Popen(
-        train_args(built_repo), cwd=cwd, env=pipeline_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        train_args(built_repo, cwd),
+        cwd=cwd,
+        env=pipeline_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     wait_for_steps(job, cwd, 13)
     job.send_signal(signal.SIGTERM)  # to torchrun, which forwards it to both ranks
@@ -156,7 +162,7 @@ def test_every_rank_stops_early_when_rank_0_decides_to(built_repo: Path, tmp_pat
     done = run_train(built_repo, cwd)
     assert done.returncode == 0, done.stderr[-3000:]  # rank 1 left with rank 0: no rank waits on the other
     assert "early stop at step 20" in done.stderr
-    metrics = json.loads((cwd / "train_metrics.json").read_text())
+    metrics = json.loads((cwd / TRAIN_METRICS).read_text())
     assert metrics["stopped_early"] and metrics["steps"] == logged_steps(cwd) == 20
 
 

@@ -8,26 +8,24 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import digest, logged_steps, run_train, start_train, wait_for_steps, workdir
 
-from solomon.records import DETERMINISTIC_COLUMNS
+from solomon.pipeline import stage_command
+from solomon.records import DETERMINISTIC_COLUMNS, EVAL_LOG, STEP_LOG
 from solomon.tools.scratch import pipeline_env
 
 
 def outcome(cwd: Path) -> dict:
     """What must match between an interrupted-and-resumed run and an uninterrupted one."""
-    steps = [
-        line.split("\t")[: len(DETERMINISTIC_COLUMNS)] for line in (cwd / "train_log.tsv").read_text().splitlines()
-    ]
+    steps = [line.split("\t")[: len(DETERMINISTIC_COLUMNS)] for line in (cwd / STEP_LOG).read_text().splitlines()]
     return {
         "model": digest(cwd / "models/model.safetensors"),
         "steps": steps,
-        "evals": (cwd / "train_evals.jsonl").read_text(),
+        "evals": (cwd / EVAL_LOG).read_text(),
     }
 
 
@@ -233,7 +231,6 @@ CHAIN = (
 def test_a_kill_at_every_named_crash_point_resumes_to_the_same_bytes(repo_copy: Path, built_repo: Path) -> None:
     """The train stage, run as DVC runs it (its command from dvc.yaml), SIGKILLed at every durable write in turn;
     then `dvc repro` ends with the model, logs and metrics of the uninterrupted run."""
-    import shlex
 
     from conftest import DVC
 
@@ -242,8 +239,7 @@ def test_a_kill_at_every_named_crash_point_resumes_to_the_same_bytes(repo_copy: 
     assert {point for point, _, _ in CHAIN} == set(CRASH_POINTS), "every crash point is in the chain"
     shutil.rmtree(repo_copy / "checkpoints")
     workdir(repo_copy, repo_copy, {"train": {"keep_checkpoints": 1}})  # pruning happens; tracking off
-    command = shlex.split(yaml.safe_load((repo_copy / "dvc.yaml").read_text())["stages"]["train"]["cmd"])
-    command[0] = sys.executable
+    command = stage_command(repo_copy, "train")
     previous_resume = 0
     for point, step, resumes_from in CHAIN:
         killed = subprocess.run(

@@ -61,7 +61,7 @@ def _review(args: argparse.Namespace) -> None:
     if not args.post:
         print(body, end="")
         return
-    action, note_id = post_or_update(NotesApi.from_ci_environment(args.token_env), body)
+    action, note_id = post_or_update(NotesApi.from_ci_environment(os.environ, args.token_env), body)
     print(f"review note {note_id} {action}")
 
 

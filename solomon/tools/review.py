@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -117,13 +117,14 @@ class NotesApi:
         check_api_url(self.api_url)
 
     @classmethod
-    def from_ci_environment(cls, token_env: str = TOKEN_ENV) -> NotesApi:
+    def from_ci_environment(cls, environ: Mapping[str, str], token_env: str = TOKEN_ENV) -> NotesApi:
+        """The note's API from GitLab's CI variables in ``environ`` (the entry point's environment)."""
         names = {"api_url": "CI_API_V4_URL", "project": "CI_PROJECT_ID", "merge_request": "CI_MERGE_REQUEST_IID"}
-        values = {field: os.environ.get(variable) for field, variable in names.items()}
+        values = {field: environ.get(variable) for field, variable in names.items()}
         missing = [names[field] for field, value in values.items() if not value]
         if missing:
             raise SolomonError(f"{', '.join(missing)} not set: --post runs in a GitLab merge-request pipeline")
-        token = os.environ.get(token_env)
+        token = environ.get(token_env)
         if not token:
             raise SolomonError(
                 f"${token_env} is not set: add a masked CI/CD variable holding a project access token (api scope)"

@@ -115,23 +115,28 @@ class SystemSampler:
         return [Metric(key, value, timestamp_ms, step) for key, value in self.sample().items()]
 
 
+RETRY_S = 30.0  # seconds between tries after a failed send
+RETRY_ENV = "SOLOMON_TRACKING_RETRY_S"  # the train stage's setting of it (tests shorten it)
+
+
 class LiveTracker:
     """The training loop's tracker (``solomon.train.tracker.Tracker``) for MLflow.
 
     The loop calls ``start`` (with the rows a resume brought back), then ``step`` and ``evaluation`` as they
     happen, and ``finish`` with the run's status. Each call only puts an item on a queue. A background thread
     sends batches (every ``FLUSH_ROWS`` steps or ``FLUSH_S`` seconds, and at each evaluation) and keeps what it
-    could not deliver; after a failure it warns once, tries again every ``SOLOMON_TRACKING_RETRY_S`` seconds
-    (default 30), and on reconnecting first asks the server what it already has, so nothing is sent twice.
+    could not deliver; after a failure it warns once, tries again every ``retry_s`` seconds (the stage takes it
+    from ``RETRY_ENV``, default 30), and on reconnecting first asks the server what it already has, so nothing is
+    sent twice.
     """
 
-    def __init__(self, params: Params, root: Path = Path(".")) -> None:
+    def __init__(self, params: Params, root: Path = Path("."), retry_s: float = RETRY_S) -> None:
         fail_fast()  # here, on the training thread: the sending thread's opener then finds them set
         self.uri = public_uri(root)  # for messages: the client finds the store itself
         self._root = root
         self._params = param_values(params.model_dump(mode="json"))
         self._tags = source_tags()
-        self._retry_s = float(os.environ.get("SOLOMON_TRACKING_RETRY_S", "30"))
+        self._retry_s = retry_s
         self._queue: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._client: MlflowClient | None = None
