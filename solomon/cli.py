@@ -237,7 +237,7 @@ def _verify(args: argparse.Namespace) -> None:
 
     names = set(args.artifact) if args.artifact else None
     public_key = Path(args.public_key) if args.public_key else None
-    result = verify(_run_of(args), Path(args.root), names, args.expect_digest, public_key)
+    result = verify(_run_of(args), Path(args.root), names, args.expect_digest, public_key, dvc_lock=args.dvc_lock)
     for kind, lines in (("FAIL", result.problems), ("DIFF", result.workspace), ("NOTE", result.notes)):
         for line in lines:
             print(f"{kind} {line}")
@@ -299,7 +299,7 @@ def _serve(args: argparse.Namespace) -> None:
         raise SolomonError("give a run or --model, not both")
     root = Path(args.root)
     run_dir = None if args.model else _run_of(args)
-    source = Source(root, run_dir, args.model, args.expect_digest, args.threads)
+    source = Source(root, run_dir, args.model, args.expect_digest, args.threads, args.dvc_lock)
     limits = Limits(args.max_prompt_tokens, args.max_tokens, args.max_body_bytes, args.queue, args.timeout)
     serve(partial(load, source), args.host, args.port, limits, args.image_digest)
 
@@ -441,6 +441,17 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default=".", help=ROOT_HELP)
 
 
+def _dvc_lock_argument(parser: argparse.ArgumentParser) -> None:
+    """The one declaration that --root is no pipeline workspace (the serving image), shared by verify and serve."""
+    parser.add_argument(
+        "--no-dvc-lock",
+        dest="dvc_lock",
+        action="store_false",
+        help="--root holds only the run's files, without dvc.lock (the serving image): hash them where they are and "
+        "compare no dvc.lock (default: a missing dvc.lock is a DIFF, exit status 3 of verify)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="solomon", description="Reproducible small-LM training on CPU.")
     parser.add_argument("--version", action="version", version=f"solomon {__version__}")
@@ -508,10 +519,10 @@ def build_parser() -> argparse.ArgumentParser:
         "to be listed, subject names to stay inside the run directory or repository, and the run id of the "
         "manifest, run.json and the directory name to agree; compare the workspace's dvc.lock with the stages the "
         "run recorded. Prints FAIL (the run), DIFF (the workspace) and NOTE lines, then one summary line.",
-        epilog="exit status: 0 verified, and the workspace's dvc.lock is the run's (or there is none); 1 a FAIL: "
-        "the run is not what its manifest records; 2 bad input (no run directory or manifest); 3 the run's files "
-        "all verify, but the workspace's dvc.lock differs from the run's record (DIFF lines): outputs it no "
-        "longer records were verified in the DVC cache, not the workspace",
+        epilog="exit status: 0 verified, and the workspace's dvc.lock is the run's (or --no-dvc-lock declares "
+        "none); 1 a FAIL: the run is not what its manifest records; 2 bad input (no run directory or manifest); 3 "
+        "the run's files all verify, but the workspace's dvc.lock differs from the run's record or is missing (DIFF "
+        "lines): outputs it no longer records were verified in the DVC cache, not the workspace",
     )
     _run_arguments(check)
     check.add_argument(
@@ -528,6 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--public-key", help="PEM public key: manifest.sig (and promotion.json.sig, if any) must verify with it"
     )
+    _dvc_lock_argument(check)
     check.set_defaults(func=_verify)
     signer = commands.add_parser(
         "sign", help="sign a run directory offline with a local EC key (OpenSSF format), and its promotion record"
@@ -587,6 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     server.add_argument("--port", type=_positive_int, default=8000, help="the port (default: 8000)")
     server.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default: 1)")
+    _dvc_lock_argument(server)
     server.add_argument(
         "--image-digest",
         default=os.environ.get("SOLOMON_IMAGE_DIGEST") or None,
