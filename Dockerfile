@@ -3,7 +3,8 @@
 #   make image RUN=<run-id>        (.ci/build-image: verifies the run, gathers the context, passes the build args)
 # The build fails unless the copied run directory, weights, model config and tokenizer verify against the
 # run's manifest and the manifest is the one named by MANIFEST_SHA256. The image serves that run over HTTP on
-# port 8000 (`solomon serve`: docs/serving.md).
+# port 8000 (`solomon serve`: docs/serving.md). It holds no pipeline, so no dvc.lock: its verify and serve declare
+# that with --no-dvc-lock, and the files are hashed where they are (docs/audit.md).
 # BASE_IMAGE: the public image pinned by digest; `make image BASE_IMAGE=local` builds on the Debian bookworm
 # minbase + Debian python3.11 equivalent that `make base-image` makes where the public registry is unreachable.
 ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91
@@ -38,7 +39,7 @@ ARG MANIFEST_SHA256
 COPY reports/training/${RUN_ID}/ ./reports/training/${RUN_ID}/
 COPY models/model.safetensors models/config.json ./models/
 COPY data/tokenizer.json ./data/
-RUN solomon verify "reports/training/${RUN_ID}" --root /app --expect-digest "${MANIFEST_SHA256}" \
+RUN solomon verify "reports/training/${RUN_ID}" --root /app --no-dvc-lock --expect-digest "${MANIFEST_SHA256}" \
         --artifact models/model.safetensors --artifact models/config.json --artifact data/tokenizer.json
 
 LABEL org.opencontainers.image.title="solomon" \
@@ -55,5 +56,5 @@ USER 10001
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=2)"]
-ENTRYPOINT ["solomon", "serve", "--root", "/app"]
+ENTRYPOINT ["solomon", "serve", "--root", "/app", "--no-dvc-lock"]
 CMD ["--host", "0.0.0.0", "--port", "8000"]

@@ -93,6 +93,8 @@ def test_what_the_image_runs_works_on_its_layout(built_repo: Path, tmp_path: Pat
     wait(port, server)
     status, answer, _ = request(port, "POST", "/v1/completions", {"prompt": "In the beginning", "seed": 0})
     assert status == 200 and answer["system_fingerprint"] == digest
+    _, provenance, _ = request(port, "GET", "/v1/provenance")
+    assert provenance["workspace_dvc_lock_differs"] == []  # no dvc.lock in an image, declared: not a difference
     server.send_signal(signal.SIGTERM)
     assert server.wait(timeout=60) == 0
     flip_last_byte(app / "models/model.safetensors")

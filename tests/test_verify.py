@@ -132,6 +132,23 @@ def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(r
     assert "DVC cache" in done.stdout
 
 
+def test_a_workspace_without_its_dvc_lock_is_not_the_runs_unless_declared(repo_copy: Path) -> None:
+    """The run recorded a dvc.lock; a workspace without one no longer says how its files were made: that is the
+    workspace's claim differing (exit 3, one DIFF line saying what to restore), not a pass. Where no dvc.lock
+    belongs (the serving image: the run directory, weights and tokenizer only), `--no-dvc-lock` declares it."""
+    run_dir = latest_run_dir(repo_copy)
+    (repo_copy / "dvc.lock").unlink()
+    done = verify(repo_copy, run_dir)
+    assert done.returncode == 3, done.stdout + done.stderr
+    diff = [line for line in done.stdout.splitlines() if line.startswith("DIFF")]
+    assert len(diff) == 1 and diff[0].startswith("DIFF dvc.lock: missing from the workspace"), done.stdout
+    assert f"-- {run_dir}) -- dvc.lock" in diff[0] and "FAIL" not in done.stdout  # what to restore, named
+    assert "in the workspace" in done.stdout.splitlines()[-1]  # its files were hashed where they are, and verify
+    declared = verify(repo_copy, run_dir, "--no-dvc-lock")
+    assert declared.returncode == 0 and "DIFF" not in declared.stdout, declared.stdout + declared.stderr
+    assert "NOTE dvc.lock: none under the root; workspace files were hashed where they are" in declared.stdout
+
+
 def test_generate_samples_repeatably_and_refuses_weights_that_do_not_verify(repo_copy: Path) -> None:
     run_dir = latest_run_dir(repo_copy)
     command = [SOLOMON, "generate", "--run", str(run_dir), "--prompt", "In the beginning", "--seed", "7"]

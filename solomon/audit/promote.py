@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from solomon.atomic import write_json
-from solomon.audit.verify import verify
+from solomon.audit.verify import require_verified
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.params import PromoteParams
@@ -122,10 +122,14 @@ def promote(
 ) -> Promotion:
     from solomon.tracking import registry, replay, store  # imports mlflow
 
-    result = verify(run_dir, root, expect_digest=required.expect_digest, public_key=required.public_key)
-    if result.problems:
-        more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
-        raise Refused(f"verify failed: {result.problems[0]}{more}; run `solomon verify {run_dir}`")
+    result = require_verified(
+        run_dir,
+        root,
+        "verify failed",
+        expect_digest=required.expect_digest,
+        public_key=required.public_key,
+        refuse=Refused,
+    )
     predicate = result.statement["predicate"]
     metrics = read_json(result.files[RunFiles.METRICS])
     run_id = predicate["run_id"]

@@ -108,3 +108,14 @@ def run_of(args: argparse.Namespace) -> Path:
     if args.run and args.run_option and args.run != args.run_option:
         raise SolomonError(f"two runs named ({args.run!r} and --run {args.run_option!r}): name one")
     return run_directory(Path(args.root), args.run or args.run_option)
+
+
+def add_dvc_lock(parser: argparse.ArgumentParser) -> None:
+    """The one declaration that --root is no pipeline workspace (the serving image), shared by verify and serve."""
+    parser.add_argument(
+        "--no-dvc-lock",
+        dest="dvc_lock",
+        action="store_false",
+        help="--root holds only the run's files, without dvc.lock (the serving image): hash them where they are and "
+        "compare no dvc.lock (default: a missing dvc.lock is a DIFF, exit status 3 of verify)",
+    )

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from solomon import records
-from solomon.cli.arguments import add_run_arguments, run_of
+from solomon.cli.arguments import add_dvc_lock, add_run_arguments, run_of
 from solomon.errors import SolomonError
 from solomon.records import PARAMS_FILE
 
@@ -19,10 +19,10 @@ VERIFY_DESCRIPTION = (
     "run), DIFF (the workspace) and NOTE lines, then one summary line."
 )
 VERIFY_EXIT = (
-    "exit status: 0 verified, and the workspace's dvc.lock is the run's (or there is none); 1 a FAIL: the run is "
-    "not what its manifest records; 2 bad input (no run directory or manifest); 3 the run's files all verify, but "
-    "the workspace's dvc.lock differs from the run's record (DIFF lines): outputs it no longer records were "
-    "verified in the DVC cache, not the workspace"
+    "exit status: 0 verified, and the workspace's dvc.lock is the run's (or --no-dvc-lock declares none); 1 a "
+    "FAIL: the run is not what its manifest records; 2 bad input (no run directory or manifest); 3 the run's files "
+    "all verify, but the workspace's dvc.lock differs from the run's record or is missing (DIFF lines): outputs it "
+    "no longer records were verified in the DVC cache, not the workspace"
 )
 
 
@@ -72,6 +72,7 @@ def _register_verify(commands: argparse._SubParsersAction) -> None:
     check.add_argument(
         "--public-key", help="PEM public key: manifest.sig (and promotion.json.sig, if any) must verify with it"
     )
+    add_dvc_lock(check)
     check.set_defaults(func=_verify)
 
 
@@ -80,7 +81,7 @@ def _verify(args: argparse.Namespace) -> None:
 
     names = set(args.artifact) if args.artifact else None
     public_key = Path(args.public_key) if args.public_key else None
-    result = verify(run_of(args), Path(args.root), names, args.expect_digest, public_key)
+    result = verify(run_of(args), Path(args.root), names, args.expect_digest, public_key, dvc_lock=args.dvc_lock)
     for kind, lines in (("FAIL", result.problems), ("DIFF", result.workspace), ("NOTE", result.notes)):
         for line in lines:
             print(f"{kind} {line}")

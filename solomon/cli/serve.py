@@ -8,7 +8,15 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from solomon.cli.arguments import POSITIVE_FLOAT, POSITIVE_INT, add_root, add_run_arguments, number, run_of
+from solomon.cli.arguments import (
+    POSITIVE_FLOAT,
+    POSITIVE_INT,
+    add_dvc_lock,
+    add_root,
+    add_run_arguments,
+    number,
+    run_of,
+)
 from solomon.errors import SolomonError
 from solomon.records import PARAMS_FILE
 from solomon.serving.limits import EXPECT_DIGEST_ENV, HOLD_ENV, IMAGE_DIGEST_ENV, MAX_SEED, Limits
@@ -78,6 +86,7 @@ def _register_serve(commands: argparse._SubParsersAction) -> None:
     server.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     server.add_argument("--port", type=POSITIVE_INT, default=8000, help="the port (default: 8000)")
     server.add_argument("--threads", type=POSITIVE_INT, default=1, help="torch threads (default: 1)")
+    add_dvc_lock(server)
     server.add_argument(
         "--image-digest",
         default=os.environ.get(IMAGE_DIGEST_ENV) or None,
@@ -111,7 +120,9 @@ def _serve(args: argparse.Namespace) -> None:
     root = Path(args.root)
     run_dir = None if args.model else run_of(args)
     hold = os.environ.get(HOLD_ENV)
-    source = Source(root, run_dir, args.model, args.expect_digest, args.threads, Path(hold) if hold else None)
+    source = Source(
+        root, run_dir, args.model, args.expect_digest, args.threads, args.dvc_lock, Path(hold) if hold else None
+    )
     limits = Limits(**{limit.name: getattr(args, limit.name) for limit in fields(Limits)})
     serve(partial(load, source), args.host, args.port, limits, args.image_digest)
 

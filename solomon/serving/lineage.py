@@ -16,6 +16,7 @@ from pathlib import Path
 
 from solomon import records
 from solomon.audit.verify import summary, verify
+from solomon.audit.workspace import IN_CACHE
 from solomon.records import RunFiles
 from solomon.serving.limits import IMAGE_DIGEST_ENV
 
@@ -76,7 +77,8 @@ def lineage(url: str, reference: str, root: Path) -> list[tuple[str, str]]:
     result = verify(version.run_dir, root, expect_digest=served)
     if result.problems:
         raise Broken("manifest", result.problems[0])
-    note = " (workspace's dvc.lock is another run's; outputs verified in the DVC cache)" if result.workspace else ""
+    cached = IN_CACHE in result.where.values()  # only where the workspace's dvc.lock records another version
+    note = " (workspace's dvc.lock is another run's; outputs verified in the DVC cache)" if cached else ""
     chain.append(("manifest", f"{version.run_dir}: {summary(result)}{note}"))
 
     predicate = result.statement["predicate"]

@@ -4,7 +4,9 @@ not verify.
 
 A workspace whose ``dvc.lock`` is another run's (verify's status 3) is acceptable: verify then locates the run's
 own weights, config and tokenizer in the DVC cache and hashes them there, and those are the paths loaded; the
-difference is kept in ``Served.workspace`` so the provenance says so. Any ``FAIL`` refuses.
+difference is kept in ``Served.workspace`` so the provenance says so. So is a workspace without a ``dvc.lock``
+(status 3 too: its files are hashed where they are), unless the caller declares that the root holds only the run's
+files (``dvc_lock=False``: the serving image, ``solomon serve --no-dvc-lock``). Any ``FAIL`` refuses.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ import yaml
 from tokenizers import Tokenizer
 
 from solomon import __version__, records
-from solomon.audit.verify import summary, verify
+from solomon.audit.verify import require_verified, summary
 from solomon.data.tokenizer import load_tokenizer
-from solomon.errors import SolomonError
 from solomon.model import weights
 from solomon.model.gpt import GPT
 from solomon.records import RunFiles
@@ -69,20 +70,20 @@ class Served:
         }
 
 
-def verified_files(run_dir: Path, root: Path, expect_digest: str | None = None):
-    """verify's result for the files serving reads; refuses (SolomonError, one line) on any problem."""
-    result = verify(run_dir, root, set(LOADED), expect_digest)
-    if result.problems:
-        more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
-        raise SolomonError(f"refusing to load {run_dir}: {result.problems[0]}{more}; run `solomon verify {run_dir}`")
-    return result
-
-
 def load_verified(
-    run_dir: Path, root: Path, expect_digest: str | None = None, threads: int = 1, registry: dict | None = None
+    run_dir: Path,
+    root: Path,
+    expect_digest: str | None = None,
+    threads: int = 1,
+    registry: dict | None = None,
+    dvc_lock: bool = True,
 ) -> Served:
-    """Verify ``run_dir`` (against ``expect_digest`` when given), then load from the paths verify hashed."""
-    result = verified_files(run_dir, root, expect_digest)
+    """Verify the files serving reads of ``run_dir`` (against ``expect_digest`` when given; ``dvc_lock=False``:
+    ``root`` holds only the run's files, as in the serving image), then load them from the paths verify hashed.
+    Any problem refuses (SolomonError, one line)."""
+    result = require_verified(
+        run_dir, root, f"refusing to load {run_dir}", names=set(LOADED), expect_digest=expect_digest, dvc_lock=dvc_lock
+    )
     files = result.files
     hyper = yaml.safe_load(files[RunFiles.HYPERPARAMETERS].read_text(encoding="utf-8"))
     configure_torch(threads)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import uvicorn
 
+from solomon.audit.workspace import IN_CACHE, IN_WORKSPACE
 from solomon.errors import SolomonError
 from solomon.serving.app import create_app
 from solomon.serving.limits import Limits
@@ -25,13 +26,15 @@ from solomon.serving.loader import Served, load_verified
 
 @dataclass(frozen=True)
 class Source:
-    """What to serve: a run directory, or a registry reference; ``expect_digest`` pins the manifest."""
+    """What to serve: a run directory, or a registry reference; ``expect_digest`` pins the manifest;
+    ``dvc_lock=False``: ``root`` holds only the run's files, without a dvc.lock (the serving image)."""
 
     root: Path
     run_dir: Path | None = None
     model: str | None = None
     expect_digest: str | None = None
     threads: int = 1
+    dvc_lock: bool = True  # False: the root holds only the run's files (the serving image), no dvc.lock to compare
     hold_until: Path | None = None  # a test hook (limits.HOLD_ENV): wait for this file before verifying
 
 
@@ -39,13 +42,17 @@ def load(source: Source) -> Served:
     while source.hold_until is not None and not source.hold_until.exists():
         time.sleep(0.05)
     if source.model is None:
-        return load_verified(source.run_dir, source.root, source.expect_digest, source.threads)
+        return load_verified(
+            source.run_dir, source.root, source.expect_digest, source.threads, dvc_lock=source.dvc_lock
+        )
     from solomon.tracking.registry import resolve  # imports mlflow: only when serving from the registry
 
     version = resolve(source.model, source.root)
     if source.expect_digest not in (None, version.manifest_sha256):
         raise SolomonError(f"{source.model} is manifest {version.manifest_sha256[:12]}…, not --expect-digest")
-    return load_verified(version.run_dir, source.root, version.manifest_sha256, source.threads, version.as_dict())
+    return load_verified(
+        version.run_dir, source.root, version.manifest_sha256, source.threads, version.as_dict(), source.dvc_lock
+    )
 
 
 def serve(
@@ -78,6 +85,8 @@ def serve(
 
 def _announce(served: Served, host: str, port: int) -> Served:
     print(f"serving {served.run_id} (manifest sha256 {served.manifest_sha256}) on http://{host}:{port}", flush=True)
+    places = {entry["verified_in"] for entry in served.files.values()}
+    where = IN_CACHE if IN_CACHE in places else IN_WORKSPACE
     for line in served.workspace:
-        print(f"note: {line} (the served files verified in the DVC cache)", file=sys.stderr, flush=True)
+        print(f"note: {line} (the served files verified in the {where})", file=sys.stderr, flush=True)
     return served

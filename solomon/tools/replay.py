@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from solomon import records
-from solomon.audit.verify import verify
+from solomon.audit.verify import require_verified
 from solomon.data.tokenizer import META_FILE, open_tokens, read_meta
 from solomon.errors import SolomonError
 from solomon.machine import describe
@@ -146,10 +146,7 @@ def replay(
     """Replay ``steps`` steps (default: to the next anchor, or to the end of the log) of the run in ``run_dir``
     from its anchor at ``from_step`` (default: its first), with ``threads`` (default: the run's)."""
     started = time.perf_counter()
-    result = verify(run_dir, root)
-    if result.problems:
-        more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
-        raise SolomonError(f"refusing to replay {run_dir}: {result.problems[0]}{more}; run `solomon verify {run_dir}`")
+    result = require_verified(run_dir, root, f"refusing to replay {run_dir}")
     files = result.files
     index_path = files.get(f"{records.ANCHORS_DIR}/{INDEX_FILE}")
     if index_path is None:
