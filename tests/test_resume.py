@@ -182,7 +182,7 @@ def test_dvc_repro_killed_mid_training_resumes_with_plain_dvc_repro(repo_copy: P
         text=True,
         start_new_session=True,
     )
-    wait_for_steps(dvc, repo_copy / "reports", 60)
+    wait_for_steps(dvc, repo_copy, 60)
     os.killpg(dvc.pid, signal.SIGKILL)  # dvc and the training process under it, mid-run
     dvc.communicate(timeout=60)
     done = subprocess.run([DVC, "repro"], cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)

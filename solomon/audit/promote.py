@@ -13,10 +13,10 @@ report artifacts. None of it moves the MLflow run's start or end time.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,11 +58,17 @@ def _outside(path: Path, run_dir: Path, what: str) -> Path:
 
 
 def requirements(
-    policy: PromoteParams, run_dir: Path, root: Path, public_key: Path | None = None, expect_digest: str | None = None
+    policy: PromoteParams,
+    run_dir: Path,
+    root: Path,
+    environ: Mapping[str, str],
+    public_key: Path | None = None,
+    expect_digest: str | None = None,
 ) -> Requirements:
     """``promote.require``, with a key or digest given on the command line in place of the policy's: the command
     line can tighten or replace a requirement, never drop one. Keys and digest files are read from outside the run
-    directory (paths relative to the repository ``root``)."""
+    directory (paths relative to the repository ``root``); ``promote.require.digest_env`` names a variable of
+    ``environ`` (the entry point's environment)."""
     require = policy.require
     if public_key is None and require.signature:
         public_key = root / require.signature
@@ -72,7 +78,7 @@ def requirements(
             raise SolomonError(f"promote.require.digest_file {path} not found: it holds the manifest SHA256 to expect")
         expect_digest = path.read_text(encoding="utf-8").strip()
     if expect_digest is None and require.digest_env:
-        expect_digest = os.environ.get(require.digest_env, "").strip()
+        expect_digest = environ.get(require.digest_env, "").strip()
         if not expect_digest:
             raise SolomonError(f"${require.digest_env} is not set: promote.require.digest_env names it")
     if expect_digest is not None and not SHA256_HEX.match(expect_digest):

@@ -111,7 +111,7 @@ def _promote(args: argparse.Namespace) -> None:
     policy = load_params(args.params or root / PARAMS_FILE).promote
     run_dir = run_of(args)
     public_key = Path(args.public_key) if args.public_key else None
-    required = requirements(policy, run_dir, root, public_key, args.expect_digest)
+    required = requirements(policy, run_dir, root, os.environ, public_key, args.expect_digest)
     try:
         done = promote(run_dir, policy, root, required)
     except Refused as refusal:
