@@ -21,6 +21,7 @@ FLOORS = (
     ("audit", "solomon.audit"),
     ("report", "solomon.report"),  # writes the run directory and its manifest
     ("serving", "solomon.serving"),
+    ("export", "solomon.export"),  # Hugging Face and GGUF exports of a verified run, and their verification
     ("tools", "solomon.tools"),
 )
 TOP = ("solomon.cli",)  # the command line sits above every floor
@@ -52,7 +53,7 @@ def test_imports_run_downward(path: Path) -> None:
 
 
 def test_the_audit_tracking_and_report_code_never_reaches_the_training_package() -> None:
-    for package in ("report", "audit", "tracking", "serving"):
+    for package in ("report", "audit", "tracking", "serving", "export"):
         for path in (PACKAGE_DIR / package).glob("*.py"):
             reached = relative_names(closure(path))
             assert not [name for name in reached if name.startswith("solomon/train/")], path
@@ -75,9 +76,7 @@ def test_the_loop_and_its_collaborators_read_no_environment_variable(name: str) 
 
 
 def test_the_fingerprint_hashes_the_loop_import_closure() -> None:
-    from solomon.train.fingerprint import LOOP
-
-    from solomon.train.fingerprint import NOT_CODE
+    from solomon.train.fingerprint import LOOP, NOT_CODE
 
     names = relative_names(closure(LOOP, exclude=NOT_CODE))
     assert "solomon/params.py" not in names  # its values are fingerprinted, not its text
