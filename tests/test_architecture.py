@@ -21,6 +21,7 @@ FLOORS = (
     ("audit", "solomon.audit"),
     ("report", "solomon.report"),  # writes the run directory and its manifest
     ("serving", "solomon.serving"),
+    ("export", "solomon.export"),  # Hugging Face and GGUF exports of a verified run, and their verification
     ("tools", "solomon.tools"),
 )
 TOP = "solomon.cli"  # the command line (a package of command modules) sits above every floor
@@ -52,7 +53,7 @@ def test_imports_run_downward(path: Path) -> None:
 
 
 def test_the_audit_tracking_and_report_code_never_reaches_the_training_package() -> None:
-    for package in ("report", "audit", "tracking", "serving"):
+    for package in ("report", "audit", "tracking", "serving", "export"):
         for path in (PACKAGE_DIR / package).glob("*.py"):
             reached = relative_names(closure(path))
             assert not [name for name in reached if name.startswith("solomon/train/")], path

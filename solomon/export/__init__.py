@@ -1,0 +1,1 @@
+"""Exports of a verified run (Hugging Face, GGUF) that carry its manifest digest and map back to its weights."""

@@ -1,0 +1,94 @@
+"""``solomon export --format gguf``: one GGUF file for llama.cpp (architecture ``gpt2``, fp32), written with its
+own ``gguf`` writer, with a ``provenance.json`` beside it.
+
+Tensor names are those llama.cpp's ``convert_hf_to_gguf.py`` gives GPT-2 (``solomon.export.layout``); its gpt2
+loader requires every bias, so a bias-free model's are zeros, and takes the output projection from the token
+embedding when ``output.weight`` is absent, as here (tied). The tokenizer is GPT-2's kind (byte-level BPE, the
+GPT-2 pre-tokenizer regex): the run's vocabulary, merges and end-of-document token as BOS and EOS.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gguf
+
+from solomon import records
+from solomon.atomic import staged_dir, write_with
+from solomon.export import record
+from solomon.export.layout import exported, slots
+from solomon.export.source import Source, verified_source
+
+FORMAT = "gguf"
+GGUF_FILE = "model.gguf"
+ARCH = "gpt2"
+RUN_ID_KEY = "solomon.run_id"
+MANIFEST_KEY = "solomon.manifest_sha256"
+WEIGHTS_KEY = "solomon.weights_sha256"
+
+
+def vocabulary(source: Source) -> tuple[list[str], list[int], list[str]]:
+    """(tokens by id, their GGUF token types, merges as "left right"), from the run's tokenizer.json."""
+    model = json.loads(source.files[records.TOKENIZER].read_text(encoding="utf-8"))["model"]
+    by_id = {index: token for token, index in source.tokenizer.get_vocab(with_added_tokens=True).items()}
+    special = {t.content for t in source.tokenizer.get_added_tokens_decoder().values() if t.special}
+    tokens, types = [], []
+    for index in range(source.model.config.vocab_size):  # ids the model has beyond the tokenizer's are unused
+        token = by_id.get(index, f"[PAD{index}]")
+        tokens.append(token)
+        kind = gguf.TokenType.CONTROL if token in special else gguf.TokenType.NORMAL
+        types.append(kind if index in by_id else gguf.TokenType.UNUSED)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return tokens, [int(t) for t in types], merges
+
+
+def add_metadata(writer: gguf.GGUFWriter, source: Source) -> None:
+    config, model = source.model.config, source.model
+    writer.add_name(f"solomon-{source.run_id}")
+    writer.add_context_length(config.block_size)
+    writer.add_embedding_length(config.n_embd)
+    writer.add_feed_forward_length(model.blocks[0].mlp.fc.out_features)
+    writer.add_block_count(config.n_layer)
+    writer.add_head_count(config.n_head)
+    writer.add_layer_norm_eps(model.ln_f.eps)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    tokens, types, merges = vocabulary(source)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(source.eod_id)
+    writer.add_eos_token_id(source.eod_id)
+    writer.add_add_bos_token(False)
+    writer.add_string(RUN_ID_KEY, source.run_id)
+    writer.add_string(MANIFEST_KEY, source.manifest_sha256)
+    writer.add_string(WEIGHTS_KEY, source.sha256[records.WEIGHTS])
+
+
+def write_file(path: Path, source: Source, tensors: bool = True) -> None:
+    """The GGUF file of ``source``; without ``tensors``, its metadata alone (what ``verify --export`` compares)."""
+    writer = gguf.GGUFWriter(path, arch=ARCH)
+    add_metadata(writer, source)
+    if tensors:
+        state = source.state
+        for slot in slots(source.model.config):
+            writer.add_tensor(slot.gguf, exported(slot, state, hf=False).numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write(source: Source, out: Path) -> None:
+    record.check_out(out, source.run_id)
+    with staged_dir(out) as tmp:
+        write_with(tmp / GGUF_FILE, lambda path: write_file(path, source))
+        record.write(tmp, source, FORMAT)
+
+
+def export_gguf(run_dir: Path, root: Path, out: Path) -> Path:
+    """Verify ``run_dir``, then write ``out/model.gguf`` and its provenance.json; returns the GGUF file's path."""
+    write(verified_source(run_dir, root), out)
+    return out / GGUF_FILE

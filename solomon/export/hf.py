@@ -1,0 +1,119 @@
+"""``solomon export --format hf``: a directory ``transformers`` loads as ``GPT2LMHeadModel`` with ``AutoTokenizer``.
+
+Every file but the weights is rendered from the verified run alone (no clock, no host), so ``verify --export``
+renders them again and compares bytes; the weights it maps back to the run's tensors (``solomon.export.layout``).
+The tokenizer is the run's ``tokenizer.json`` byte for byte.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from safetensors.torch import save_file
+
+from solomon import records
+from solomon.atomic import canonical_json, staged_dir, write_bytes, write_with
+from solomon.export import card, record
+from solomon.export.layout import exported, slots
+from solomon.export.source import Source, verified_source
+
+FORMAT = "hf"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def config(source: Source) -> dict:
+    """GPT2Config's fields for the run's model, and where it came from."""
+    model, eod = source.model, source.eod_id
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": model.config.vocab_size,
+        "n_positions": model.config.block_size,
+        "n_embd": model.config.n_embd,
+        "n_layer": model.config.n_layer,
+        "n_head": model.config.n_head,
+        "n_inner": model.blocks[0].mlp.fc.out_features,
+        "activation_function": "gelu",  # transformers' ACT2FN["gelu"]: the exact erf GELU, as F.gelu's default
+        "layer_norm_epsilon": model.ln_f.eps,
+        # Solomon drops embeddings and residuals, never attention probabilities (solomon/model/gpt.py).
+        "embd_pdrop": model.config.dropout,
+        "resid_pdrop": model.config.dropout,
+        "attn_pdrop": 0.0,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": True,
+        "bos_token_id": eod,
+        "eos_token_id": eod,
+        "dtype": "float32",
+        "use_cache": True,
+        "solomon": provenance_keys(source),
+    }
+
+
+def provenance_keys(source: Source) -> dict:
+    return {
+        "run_id": source.run_id,
+        "manifest_sha256": source.manifest_sha256,
+        "weights_sha256": source.sha256[records.WEIGHTS],
+    }
+
+
+def tokenizer_config(source: Source) -> dict:
+    return {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": source.eod_token,
+        "eos_token": source.eod_token,
+        "model_max_length": source.model.config.block_size,
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+    }
+
+
+def generation_config(source: Source) -> dict:
+    """The run's own sampling settings (train.samples); top_k null (none) is transformers' 0."""
+    samples = source.hyperparameters["train"]["samples"]
+    return {
+        "do_sample": True,
+        "temperature": samples["temperature"],
+        "top_k": samples["top_k"] or 0,
+        "max_new_tokens": samples["max_new_tokens"],
+        "bos_token_id": source.eod_id,
+        "eos_token_id": source.eod_id,
+        "pad_token_id": source.eod_id,
+    }
+
+
+def rendered(source: Source) -> dict[str, bytes]:
+    """Every file of the export but the weights, by name."""
+    text = {
+        "config.json": canonical_json(config(source)),
+        "tokenizer_config.json": canonical_json(tokenizer_config(source)),
+        "generation_config.json": canonical_json(generation_config(source)),
+        "README.md": card.render(source),
+    }
+    return {TOKENIZER_FILE: source.files[records.TOKENIZER].read_bytes()} | {
+        name: content.encode("utf-8") for name, content in text.items()
+    }
+
+
+def write(source: Source, out: Path) -> None:
+    """Write the export of a verified ``source`` to ``out`` (staged: ``out`` changes only when all is written)."""
+    record.check_out(out, source.run_id)
+    state = source.state
+    tensors = {slot.hf: exported(slot, state, hf=True) for slot in slots(source.model.config)}
+    with staged_dir(out) as tmp:
+        tensors = dict(sorted(tensors.items()))
+        write_with(tmp / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata={"format": "pt"}))
+        for name, content in rendered(source).items():
+            write_bytes(tmp / name, content)
+        record.write(tmp, source, FORMAT)
+
+
+def export_hf(run_dir: Path, root: Path, out: Path) -> Path:
+    """Verify ``run_dir``, then write its Hugging Face export to ``out``; returns ``out``."""
+    write(verified_source(run_dir, root), out)
+    return out
