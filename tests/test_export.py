@@ -251,3 +251,31 @@ def test_refusals_write_nothing_and_a_foreign_provenance_fails(repo_copy: Path, 
     foreign = copy(out, tmp_path / "foreign")
     shutil.copy(other / record.PROVENANCE, foreign / record.PROVENANCE)
     assert "SHA256 mismatch" in refusal(verify_export, foreign, repo_copy)
+
+
+def test_the_commands_export_verify_and_refuse_a_tampered_export_in_one_line(repo_copy: Path, tmp_path: Path) -> None:
+    """`solomon export` and `solomon verify --export` as a user runs them: exit 0 with one summary line each; a
+    changed byte in an exported file is exit 2 with one line naming it; a run and --export together is refused."""
+    import subprocess
+    import sys
+
+    from solomon.tools.scratch import pipeline_env
+
+    solomon = str(Path(sys.executable).parent / "solomon")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([solomon, *args], cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
+
+    for fmt in ("hf", "gguf"):
+        out = tmp_path / fmt
+        done = cli("export", "--format", fmt, "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        checked = cli("verify", "--export", str(out))
+        assert checked.returncode == 0 and len(checked.stdout.splitlines()) == 1, checked.stdout + checked.stderr
+        assert "verified" in checked.stdout
+    flip_last_byte(tmp_path / "hf" / "model.safetensors")
+    tampered = cli("verify", "--export", str(tmp_path / "hf"))
+    assert tampered.returncode == 2 and "model.safetensors" in tampered.stderr, tampered.stderr
+    assert len(tampered.stderr.strip().splitlines()) == 1, tampered.stderr
+    both = cli("verify", latest_run_dir(repo_copy).name, "--export", str(tmp_path / "gguf"))
+    assert both.returncode != 0 and "not both" in both.stderr

@@ -72,6 +72,12 @@ def _register_verify(commands: argparse._SubParsersAction) -> None:
     check.add_argument(
         "--public-key", help="PEM public key: manifest.sig (and promotion.json.sig, if any) must verify with it"
     )
+    check.add_argument(
+        "--export",
+        metavar="DIR",
+        help="prove an export (solomon export) is its run's model instead: the run it names verifies, every file "
+        "has its recorded SHA256, and every tensor maps back to the run's weights bit for bit",
+    )
     add_dvc_lock(check)
     check.set_defaults(func=_verify)
 
@@ -79,6 +85,13 @@ def _register_verify(commands: argparse._SubParsersAction) -> None:
 def _verify(args: argparse.Namespace) -> None:
     from solomon.audit.verify import summary, verify
 
+    if args.export:
+        if args.run or args.run_option:
+            raise SolomonError("give a run or --export, not both: an export names its run in provenance.json")
+        from solomon.export.check import verify_export
+
+        print(verify_export(Path(args.export), Path(args.root)))
+        return
     names = set(args.artifact) if args.artifact else None
     public_key = Path(args.public_key) if args.public_key else None
     result = verify(run_of(args), Path(args.root), names, args.expect_digest, public_key, dvc_lock=args.dvc_lock)

@@ -9,15 +9,14 @@ from functools import cached_property
 from pathlib import Path
 
 import torch
-import yaml
 from tokenizers import Tokenizer
 
 from solomon import records
-from solomon.audit.verify import verify
+from solomon.audit.verify import require_verified
 from solomon.data.tokenizer import load_tokenizer
-from solomon.errors import SolomonError
 from solomon.model import weights
 from solomon.model.gpt import GPT
+from solomon.params import read_yaml
 from solomon.records import RunFiles
 
 # The run files an export is made from: the model, its tokenizer, and the run's records the card and the
@@ -52,7 +51,7 @@ class Source:
 
     @cached_property
     def hyperparameters(self) -> dict:
-        return yaml.safe_load(self.files[RunFiles.HYPERPARAMETERS].read_text(encoding="utf-8"))
+        return read_yaml(self.files[RunFiles.HYPERPARAMETERS])
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -72,10 +71,9 @@ class Source:
 
 def verified_source(run_dir: Path, root: Path, expect_digest: str | None = None) -> Source:
     """Verify ``run_dir`` (its manifest, and the export's source files by their SHA256); refuses in one line."""
-    result = verify(run_dir, root, set(SOURCES), expect_digest)
-    if result.problems:
-        more = f" (and {len(result.problems) - 1} more)" if len(result.problems) > 1 else ""
-        raise SolomonError(f"{run_dir} does not verify: {result.problems[0]}{more}; run `solomon verify {run_dir}`")
+    result = require_verified(
+        run_dir, root, f"{run_dir} does not verify", names=set(SOURCES), expect_digest=expect_digest
+    )
     recorded = {s["name"]: s["digest"]["sha256"] for s in result.statement["subject"]}
     return Source(
         run_dir=run_dir,

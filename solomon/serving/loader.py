@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-import yaml
 from tokenizers import Tokenizer
 
 from solomon import __version__, records
@@ -24,6 +23,7 @@ from solomon.audit.verify import require_verified, summary
 from solomon.data.tokenizer import load_tokenizer
 from solomon.model import weights
 from solomon.model.gpt import GPT
+from solomon.params import read_yaml
 from solomon.records import RunFiles
 from solomon.runtime import configure_torch
 
@@ -85,7 +85,7 @@ def load_verified(
         run_dir, root, f"refusing to load {run_dir}", names=set(LOADED), expect_digest=expect_digest, dvc_lock=dvc_lock
     )
     files = result.files
-    hyper = yaml.safe_load(files[RunFiles.HYPERPARAMETERS].read_text(encoding="utf-8"))
+    hyper = read_yaml(files[RunFiles.HYPERPARAMETERS])
     configure_torch(threads)
     model = weights.load_files(files[records.MODEL_CONFIG], files[records.WEIGHTS])
     tokenizer = load_tokenizer(files[records.TOKENIZER])
