@@ -25,8 +25,8 @@ from solomon.atomic import write_json
 from solomon.audit.verify import require_verified
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
-from solomon.params import PromoteParams
-from solomon.records import MODEL_FILES, RunFiles, read_json
+from solomon.params import PromoteParams, read_yaml, runs_root
+from solomon.records import MODEL_FILES, SERVING_FILES, WEIGHTS, RunFiles, read_json
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -118,15 +118,31 @@ def check_champion(value: float, champion: dict | None, policy: PromoteParams) -
 
 def _model_dir(verified: dict[str, Path], into: Path) -> Path:
     """The run's weights and config (from the workspace or the DVC cache, where verify found them) in ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
     for name in MODEL_FILES:
         shutil.copyfile(verified[name], into / Path(name).name)
     return into
 
 
+def serving_root(run_dir: Path, run_path: str, verified: dict[str, Path], into: Path) -> Path:
+    """``into`` laid out as the serving image's root: the run directory at ``run_path`` and the files serving
+    loads at their repository paths, copied from where verify found them (what the pyfunc model holds)."""
+    shutil.copytree(run_dir, into / run_path, ignore=shutil.ignore_patterns(RunFiles.PROMOTION, "*.sig"))
+    for name in SERVING_FILES:
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(verified[name], into / name)
+    return into
+
+
+def predicate_weights(result) -> str:
+    """The weights' SHA256 as the manifest records it."""
+    return next(s["digest"]["sha256"] for s in result.statement["subject"] if s["name"] == WEIGHTS)
+
+
 def promote(
     run_dir: Path, policy: PromoteParams, root: Path = Path("."), required: Requirements = Requirements()
 ) -> Promotion:
-    from solomon.tracking import registry, replay, store  # imports mlflow
+    from solomon.tracking import pyfunc, registry, replay, store  # imports mlflow
 
     result = require_verified(
         run_dir,
@@ -153,9 +169,14 @@ def promote(
         "git.commit": str(predicate["git"]["commit"]),
         f"metric.{policy.compare}": repr(value),
     }
+    run_path = f"{runs_root(root)}/{run_id}"
+    samples = read_yaml(result.files[RunFiles.HYPERPARAMETERS])["train"]["samples"]
     with store.redacted_errors(f"registering {run_id}", root), tempfile.TemporaryDirectory() as tmp:
-        mlflow_run = replay.sync_run(run_dir, root, model_dir=_model_dir(result.files, Path(tmp)))
-        version = registry.register_version(mlflow_run, policy.model_name, tags, root)
+        mlflow_run = replay.sync_run(run_dir, root, model_dir=_model_dir(result.files, Path(tmp) / "model"))
+        serving = serving_root(run_dir, run_path, result.files, Path(tmp) / "root")
+        pyfunc.save(Path(tmp) / "pyfunc", serving, run_path, result.digest, predicate_weights(result), samples)
+        source = registry.log_model(mlflow_run, Path(tmp) / "pyfunc", pyfunc.artifact_path(result.digest), root)
+        version = registry.register_version(mlflow_run, policy.model_name, tags, root, source)
         registry.set_alias(policy.model_name, policy.alias, version, root)
     record = {
         "run_id": run_id,

@@ -17,7 +17,7 @@ import torch
 from solomon.errors import SolomonError
 from solomon.model.sampling import generate
 from solomon.serving.limits import MAX_SEED
-from solomon.serving.loader import load_verified
+from solomon.serving.loader import Served, load_verified
 
 
 def draw_seed() -> int:
@@ -37,10 +37,25 @@ def generate_text(
     threads: int = 1,
 ) -> str:
     served = load_verified(run_dir, root, threads=threads)
+    if not served.tokenizer.encode(prompt).ids:
+        raise SolomonError("--prompt is empty: give some text to continue")
+    return complete(served, prompt, max_new_tokens, temperature, top_k, seed)
+
+
+def complete(
+    served: Served,
+    prompt: str,
+    max_new_tokens: int | None = None,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> str:
+    """``prompt`` and its continuation, sampled as `solomon generate` samples (settings left None: the run's own
+    ``train.samples``): every path that answers with text answers through here, so one seed gives one text."""
     samples = served.samples
     prompt_ids = served.tokenizer.encode(prompt).ids
     if not prompt_ids:
-        raise SolomonError("--prompt is empty: give some text to continue")
+        raise SolomonError("the prompt is empty: give some text to continue")
     new_ids = generate(
         served.model,
         prompt_ids,

@@ -24,17 +24,23 @@ def logged_run(run_id: str, root: Path = Path(".")) -> str:
     return found
 
 
-def register_version(mlflow_run: str, name: str, tags: dict[str, str], root: Path = Path(".")) -> str:
+def register_version(
+    mlflow_run: str, name: str, tags: dict[str, str], root: Path = Path("."), source: str | None = None
+) -> str:
     """Register the model of ``mlflow_run`` (the one ``replay.sync_run`` returned: the model of the newest report
-    logged to it) as a new version of ``name``; return the version."""
+    logged to it, or the artifact ``source``, e.g. the pyfunc model promote logs) as a new version of ``name``;
+    return the version."""
     client = store.connect(root)
     run_tags = client.get_run(mlflow_run).data.tags
     run_id, model_sha = run_tags.get(store.RUN_ID_TAG), run_tags.get(store.MODEL_TAG)
     if model_sha is None:
         raise SolomonError(f"no report of run {run_id!r} is in {store.public_uri(root)}: `solomon track sync` it")
-    source = store.model_artifact_path(model_sha)
-    if not any(a.path == f"{source}/{WEIGHTS_FILE}" for a in client.list_artifacts(mlflow_run, source)):
-        raise SolomonError(f"MLflow run of {run_id} has no model artifact: sync it from the checkout that trained it")
+    if source is None:
+        source = store.model_artifact_path(model_sha)
+        if not any(a.path == f"{source}/{WEIGHTS_FILE}" for a in client.list_artifacts(mlflow_run, source)):
+            raise SolomonError(
+                f"MLflow run of {run_id} has no model artifact: sync it from the checkout that trained it"
+            )
     try:
         client.create_registered_model(name)
     except MlflowException as exc:
@@ -47,6 +53,14 @@ def register_version(mlflow_run: str, name: str, tags: dict[str, str], root: Pat
         tags={store.RUN_ID_TAG: run_id, store.MODEL_TAG: model_sha, **tags},
     )
     return str(version.version)
+
+
+def log_model(mlflow_run: str, model_dir: Path, artifact: str, root: Path = Path(".")) -> str:
+    """Log the MLflow model directory ``model_dir`` to ``mlflow_run`` at ``artifact`` (once: stored by content)."""
+    client = store.connect(root)
+    if not any(a.path == f"{artifact}/MLmodel" for a in client.list_artifacts(mlflow_run, artifact)):
+        client.log_artifacts(mlflow_run, str(model_dir), artifact)
+    return artifact
 
 
 def champion(name: str, alias: str, compare: str, root: Path = Path(".")) -> dict | None:
