@@ -19,15 +19,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Every package pinned with its SHA256 and installed without resolution or network, from the wheelhouse the build
-# context holds (`pip download --require-hashes` of the lock; torch is the CPU build the lock pins), into a venv:
-# the public base's Python and Debian's python3.11 (whose system site is not pip's to change) alike. The lock's two
-# source distributions build against the venv's own setuptools.
-COPY requirements.lock ./
+# The serving lock only (requirements-serve.lock: what verify, serve and registry resolution need, at
+# requirements.lock's versions; no DVC, training, report or test tools), every package pinned with its SHA256 and
+# installed without resolution or network, from the wheelhouse the build context holds (`pip download
+# --require-hashes` of that lock; torch is the CPU build it pins), into a venv: the public base's Python and
+# Debian's python3.11 (whose system site is not pip's to change) alike.
+COPY requirements-serve.lock ./
 RUN --mount=type=bind,source=wheels,target=/wheels \
     python3 -m venv /opt/venv \
     && pip install --no-deps --require-hashes --no-index --find-links /wheels --no-build-isolation \
-        -r requirements.lock
+        -r requirements-serve.lock
 
 COPY pyproject.toml README.md ./
 COPY solomon ./solomon

@@ -19,9 +19,13 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(BIN)/python -m pip check
 	touch $@
 
+# requirements-serve.lock (the serving image's) is resolved under requirements.lock's pins: the same versions.
 lock: setup
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 		--no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
+	grep -E '^[a-z0-9._-]+==' requirements.lock | sed 's/ \\$$//' > $(VENV)/lock-pins.txt
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+		--no-emit-find-links -c $(VENV)/lock-pins.txt -o requirements-serve.lock requirements-serve.in
 
 # repair-lock: a kill during DVC's own write of dvc.lock leaves it empty; restore it so `dvc repro` can resume.
 run: setup plots-template

@@ -39,7 +39,7 @@ def test_base_pinned_hashes_required_non_root_and_labelled() -> None:
     assert re.fullmatch(r"BASE_IMAGE=python:3\.11-slim-\w+@sha256:[0-9a-f]{64}", base) and steps[1][0] == "FROM"
     assert dict(steps)["FROM"] == "${BASE_IMAGE}"
     runs = [args for kind, args in steps if kind == "RUN"]
-    assert any("--require-hashes" in r and "-r requirements.lock" in r for r in runs)
+    assert any("--require-hashes" in r and "-r requirements-serve.lock" in r for r in runs)
     assert any(r.startswith("solomon verify") and "--expect-digest" in r for r in runs)
     assert re.fullmatch(r"\d+", dict(steps)["USER"])  # numeric: no name lookup in the host's passwd
     labels = " ".join(args for kind, args in steps if kind == "LABEL")
@@ -100,3 +100,20 @@ def test_what_the_image_runs_works_on_its_layout(built_repo: Path, tmp_path: Pat
     flip_last_byte(app / "models/model.safetensors")
     done = subprocess.run(entrypoint + cmd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "refusing to load" in done.stderr
+
+
+def test_the_serving_lock_is_requirements_locks_pins_without_the_pipeline_or_test_tools() -> None:
+    """The image installs requirements-serve.lock: each of its pins (version and hashes) is requirements.lock's,
+    and none of DVC, the full MLflow server, the report's plotting, the export checkers or the test tools."""
+
+    def pins(name: str) -> dict[str, str]:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        return {
+            m[1]: m[0] for m in re.finditer(r"^([a-z0-9._-]+)==\S+(?: \\\n(?:    --hash=\S+(?: \\)?\n)+)", text, re.M)
+        }
+
+    serve, full = pins("requirements-serve.lock"), pins("requirements.lock")
+    assert {"torch", "tokenizers", "safetensors", "fastapi", "uvicorn", "mlflow-skinny"} <= set(serve)
+    assert {name: block for name, block in serve.items() if full.get(name) != block} == {}
+    left_out = {"dvc", "mlflow", "matplotlib", "pytest", "transformers", "ruff", "gguf", "model-signing"}
+    assert not left_out & set(serve)
