@@ -104,7 +104,7 @@ def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(repo_copy:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    wait_for_steps(job, log.parent, 13)  # past the checkpoint at step 10
+    wait_for_steps(job, repo_copy, 13)  # past the checkpoint at step 10
     pid = rank_pid(1, repo_copy)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
