@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image base-image podman image-check serve browser helm plots-template bench chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock run repro report docs image base-image podman image-check multinode serve browser helm plots-template bench chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -65,6 +65,12 @@ podman:
 # refused at its verify step (tests/test_image_podman.py; `make test` skips it: minutes of building, see there).
 image-check: setup podman
 	SOLOMON_IMAGE_CHECK=1 $(BIN)/python -m pytest -q tests/test_image_podman.py
+
+# Multi-node training on two simulated hosts (network namespaces joined by a veth pair, 10.231.0.0/24 only between
+# them; root and `ip`): the two-node run's bytes, a lost worker restarted, a lost node, an unshared checkpoints
+# directory refused (tests/test_multinode.py, about 2 minutes; `make test` runs them too, skipped where not root).
+multinode: setup helm
+	$(BIN)/python -m pytest -q tests/test_multinode.py
 
 # Serve RUN (a run id or directory; default: the latest run) on 127.0.0.1:$(SERVE_PORT) after verifying it:
 # OpenAI-style /v1/completions, /v1/provenance, /readyz (docs/serving.md). Ctrl-C or SIGTERM drains and stops.

@@ -15,7 +15,7 @@ from pathlib import Path
 from solomon.errors import run_main
 from solomon.machine import describe
 from solomon.params import load_params
-from solomon.train.distributed import ProcessGroup
+from solomon.train.distributed import RESTART_COUNT_ENV, ProcessGroup
 from solomon.train.hooks import Hooks
 from solomon.train.loop import TrainPaths, train
 
@@ -57,7 +57,8 @@ def main() -> None:
 
         tracker = LiveTracker(params, retry_s=float(os.environ.get(RETRY_ENV, RETRY_S)))
     try:
-        metrics = train(params, paths, args.fresh, tracker, group, Hooks.from_environment(os.environ), describe())
+        hooks, restart = Hooks.from_environment(os.environ), int(os.environ.get(RESTART_COUNT_ENV, "0"))
+        metrics = train(params, paths, args.fresh, tracker, group, hooks, describe(), restart)
     finally:
         group.close()
     if group.is_main:

@@ -65,15 +65,17 @@ def test_two_ranks_see_the_batches_and_losses_of_one_process_accumulating_two(bu
     assert (tmp_path / "two-ranks/models/model.safetensors").is_file()
 
 
-def rank_pid(rank: int) -> int | None:
-    """The PID of the training process torchrun started as ``rank`` (found by its environment)."""
+def rank_pid(rank: int, cwd: Path) -> int | None:
+    """The PID of the training process torchrun started as ``rank`` in ``cwd`` (found by its environment and working
+    directory: other tests' ranks may run beside it)."""
     for proc in Path("/proc").iterdir():
         try:
             environ = (proc / "environ").read_bytes().split(b"\0")
             cmdline = (proc / "cmdline").read_bytes()
+            here = (proc / "cwd").resolve() == cwd.resolve()
         except (OSError, ValueError):
             continue
-        if f"LOCAL_RANK={rank}".encode() in environ and b"stages/train.py" in cmdline:
+        if f"LOCAL_RANK={rank}".encode() in environ and b"stages/train.py" in cmdline and here:
             return int(proc.name)
     return None
 
@@ -103,7 +105,7 @@ def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(repo_copy:
         text=True,
     )
     wait_for_steps(job, repo_copy, 13)  # past the checkpoint at step 10
-    pid = rank_pid(1)
+    pid = rank_pid(1, repo_copy)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -112,7 +114,7 @@ def test_a_killed_rank_stops_the_job_and_dvc_repro_resumes_it_exactly(repo_copy:
     ended_after = time.monotonic() - killed_at
     print(f"the job ended {ended_after:.1f} s after rank 1 was killed")
     assert ended_after < 60  # the whole job ends, rank 0 included: no hang
-    assert rank_pid(0) is None
+    assert rank_pid(0, repo_copy) is None
 
     resumed = dvc(repo_copy, "repro", "train")
     assert "resuming from" in resumed.stderr + resumed.stdout

@@ -82,7 +82,7 @@ def test_training_chart_lints_and_renders_an_indexed_job_with_torchrun_rendezvou
     pod = job["template"]["spec"]
     assert pod["subdomain"] == "run-7"  # pod 0 resolves as run-7-0.run-7
     command = pod["containers"][0]["command"]
-    assert command[:3] == ["python", "-m", "torch.distributed.run"]
+    assert command[:3] == ["python", "-m", "solomon.train.launch"]  # torchrun, ending in one line
     assert {"--nnodes=3", "--rdzv-backend=c10d", "--rdzv-endpoint=run-7-0.run-7:29400"} <= set(command)
     assert "stages/train.py" in command
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "solomon-workspace"

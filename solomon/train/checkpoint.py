@@ -37,6 +37,8 @@ from solomon.hashing import sha256_file
 from solomon.train.hooks import NO_HOOKS, Hooks
 
 INDEX_FILE = "index.json"
+# Rank 0's mark in the directory at each start of a multi-rank run: a nonce every rank must find (a shared volume).
+MARKER_FILE = "rank0-marker.json"
 CHECKPOINT_GLOB = "step-*.pt"
 # The components a state digest covers: what the next steps compute from (the rest is bookkeeping: logs with
 # wall-clock speeds, early-stopping scores of evaluations a replay does not run, the random state reseeded per step).
@@ -184,6 +186,16 @@ class Checkpointer:
             index["run_id"] = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"  # sortable, unique
             write_json(self.index_path, index)
         return index["run_id"]
+
+    def write_marker(self, nonce: int) -> None:
+        write_json(self.directory / MARKER_FILE, {"nonce": nonce})
+
+    def sees_marker(self, nonce: int) -> bool:
+        """Whether this process finds the marker with ``nonce`` that rank 0 wrote: the same directory as rank 0's."""
+        try:
+            return json.loads((self.directory / MARKER_FILE).read_text(encoding="utf-8")).get("nonce") == nonce
+        except (OSError, ValueError, AttributeError):
+            return False
 
     def load_latest(self) -> Loaded | None:
         """The newest checkpoint that passes its SHA256 check and loads safely; None when there is none."""

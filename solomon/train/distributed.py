@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -23,6 +24,30 @@ from solomon.errors import SolomonError
 # for another reason (a hung peer), so that a job cannot wait forever.
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
 BACKEND = "gloo"  # the collectives' tensors are CPU tensors (NCCL would need them on a GPU)
+# torchrun's own variable: how many times it has restarted the group (0 on the first attempt). Read by the entry
+# point, which passes it in.
+RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
+
+
+def torchrun_command(
+    nnodes: int, nproc_per_node: int, endpoint: str, rdzv_id: str, max_restarts: int, join_timeout_s: int
+) -> list[str]:
+    """The launcher part of one node's command in a multi-node run (after ``python``, before the stage script):
+    torchrun (``solomon.train.launch``: its own, ending in one line) with c10d rendezvous at ``endpoint`` (node 0
+    hosts it), each attempt waiting ``join_timeout_s`` for every node, so a node that never comes back ends the
+    survivors in bounded time. The training chart renders the same (tests/test_multinode.py holds them equal)."""
+    return [
+        "-m",
+        "solomon.train.launch",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={rdzv_id}",
+        f"--rdzv-conf=join_timeout={join_timeout_s}",
+        f"--max-restarts={max_restarts}",
+        "--monitor-interval=1",
+    ]
 
 
 @dataclass(frozen=True)
@@ -62,14 +87,45 @@ class ProcessGroup:
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item())
 
+    def share(self, value: int) -> int:
+        """Rank 0's ``value``, on every rank (e.g. a nonce only rank 0 draws)."""
+        if not self.distributed:
+            return value
+        tensor = torch.tensor([value], dtype=torch.int64)
+        dist.broadcast(tensor, src=0)
+        return int(tensor.item())
+
+    def gather(self, value: int) -> list[int]:
+        """Every rank's ``value``, by rank."""
+        if not self.distributed:
+            return [value]
+        values = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
+        dist.all_gather(values, torch.tensor([value], dtype=torch.int64))
+        return [int(v.item()) for v in values]
+
+    def require_shared(self, directory: Path, sees_rank_0: bool) -> None:
+        """Stop every rank unless each sees what rank 0 has just written in ``directory`` (``sees_rank_0``): a rank
+        that does not would resume from other checkpoints than those rank 0 writes. Each blind rank, and rank 0,
+        say so in one line; the others leave quietly."""
+        if not self.distributed:
+            return
+        blind = [rank for rank, sees in enumerate(self.gather(int(sees_rank_0))) if not sees]
+        if not blind:
+            return
+        if sees_rank_0 and not self.is_main:
+            raise SystemExit(2)
+        who = "rank " + ", ".join(map(str, blind)) if sees_rank_0 else f"rank {self.rank} (this one)"
+        raise SolomonError(
+            f"{who} cannot see what rank 0 writes in the checkpoints directory {directory.resolve()}: every node "
+            'must mount one shared volume there (docs/kubernetes.md, "Several machines")'
+        )
+
     def require_same(self, what: str, value: int) -> None:
         """Stop every rank, with one line from rank 0 naming each rank's value, unless all ranks hold the same
         ``value`` (e.g. the step they resume from: ranks reading different checkpoints would diverge or hang)."""
         if not self.distributed:
             return
-        values = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world_size)]
-        dist.all_gather(values, torch.tensor([value], dtype=torch.int64))
-        found = [int(v.item()) for v in values]
+        found = self.gather(value)
         if len(set(found)) == 1:
             return
         if not self.is_main:

@@ -63,17 +63,28 @@ class MachineHistory:
     is free) is allowed, warned about and recorded, since the run stays the same run — its params, data and code —
     whose later steps are not bit-identical to an uninterrupted run's. Spans cover checkpointed steps only (steps
     after the last checkpoint are trained again on resume).
+
+    It also keeps each start of the training processes: the step it began from and each rank's torchrun restart
+    count (its node's agent counts the restarts after a failure there: 0 on a first attempt, or a resume by
+    ``dvc repro``), so a run's record says how often it was interrupted and restarted. A start is kept once a
+    checkpoint follows it.
     """
 
     def __init__(self, machine: dict) -> None:
         self.machine = machine
         self.spans: list[dict] = []  # {"kind", "machine", "steps": [first, last]}, oldest first
+        self.starts: list[dict] = []  # {"from_step", "torchrun_restarts": [by rank]}, oldest first
 
     def state_dict(self) -> dict:
-        return {"spans": [dict(span) for span in self.spans]}
+        return {"spans": [dict(span) for span in self.spans], "starts": [dict(start) for start in self.starts]}
 
     def load_state_dict(self, state: dict) -> None:
         self.spans = [dict(span) for span in state["spans"]]
+        self.starts = [dict(start) for start in state.get("starts", [])]  # checkpoints before starts were kept
+
+    def started(self, step: int, restarts: list[int]) -> None:
+        """The processes (re)started at ``step``; ``restarts``: each rank's torchrun restart count."""
+        self.starts.append({"from_step": step, "torchrun_restarts": restarts})
 
     def ran(self, step: int) -> None:
         """Steps up to ``step`` are trained (checkpointed) on this machine."""

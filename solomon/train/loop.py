@@ -168,10 +168,12 @@ def train(
     group: ProcessGroup | None = None,
     hooks: Hooks = NO_HOOKS,
     machine: dict | None = None,
+    restart: int = 0,
 ) -> dict:
     """Train, or resume, to ``train.max_steps``. With several ranks every rank runs this function; only rank 0
     (``group.is_main``) evaluates and writes anything, and the others return an empty dict. ``machine``: this
-    process's machine as ``solomon.machine.describe`` gives it (tests pass another kind)."""
+    process's machine as ``solomon.machine.describe`` gives it (tests pass another kind); ``restart``: torchrun's
+    restart count in this process (every rank's is recorded with the step they start from)."""
     cfg = params.train
     group = group or ProcessGroup()
     tracker = tracker if tracker is not None and group.is_main else NoTracking()
@@ -196,8 +198,12 @@ def train(
     if loaded is not None:
         checkpointer.restore(loaded, parts.by_name())
     start = done = loaded.step if loaded is not None else 0
+    restarts = group.gather(restart)
+    parts.machines.started(start, restarts)
     if group.is_main and (other_kind := parts.machines.other_kind(start)):
         print(other_kind, file=sys.stderr)
+    if group.is_main and any(restarts):
+        print(f"train: restarted by torchrun from step {start} (restarts by rank: {restarts})", file=sys.stderr)
     group.require_same("step to resume from", start)
     if group.is_main:
         checkpointer.mark_completed(False)
@@ -346,6 +352,7 @@ def _finish(
         "threads": cfg.threads,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "machine_kinds": parts.machines.kinds(),  # which machine kind trained which steps
+        "starts": parts.machines.starts,  # each start of the processes: its step, each rank's torchrun restarts
     }
     write_json(paths.run_record_path(), run_record)  # before the metrics: they mark the run finished
     write_json(paths.metrics, metrics, hooks.write_points("metrics", done))

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import secrets
 import sys
 
 from solomon.errors import SolomonError
@@ -21,13 +22,18 @@ from solomon.train.fingerprint import first_difference
 def resume_point(
     checkpointer: Checkpointer, fingerprint: dict, max_steps: int, fresh: bool, group: ProcessGroup
 ) -> Loaded | None:
-    """The checkpoint to continue from, or None to start at step 0. Rank 0 tidies the directory first; every rank
-    then reads the same checkpoint."""
+    """The checkpoint to continue from, or None to start at step 0. Rank 0 tidies the directory first; with several
+    ranks it leaves a fresh mark there, and every rank must find it (one directory, shared); every rank then reads
+    the same checkpoint."""
+    nonce = group.share(secrets.randbits(62)) if group.distributed else 0
     if group.is_main:
         checkpointer.remove_partial()
         if fresh:
             checkpointer.clear()
+        if group.distributed:
+            checkpointer.write_marker(nonce)
     group.any(False)  # a barrier: the others read only what rank 0 has left
+    group.require_shared(checkpointer.directory, checkpointer.sees_marker(nonce))
     loaded = checkpointer.load_latest()
     if loaded is None:
         return None

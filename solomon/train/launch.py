@@ -1,0 +1,34 @@
+"""torchrun for one node of a multi-node run, ending with one line instead of a traceback when the job cannot go on.
+
+``python -m solomon.train.launch <torchrun's arguments>`` is ``python -m torch.distributed.run`` (the same parser,
+agent and restarts), except how it ends: a rendezvous that times out (a node lost for good, or one that never
+started) and a worker group that failed past ``--max-restarts`` each end with one ``error:`` line saying what
+happened and how to resume, after torchrun's own report. ``distributed.torchrun_command`` builds its command line.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous.api import RendezvousError
+from torch.distributed.run import main as torchrun
+
+RESUME = "the last checkpoint stays: the same command on every node (or `dvc repro` on one) resumes from it"
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        torchrun(argv)
+    except RendezvousError as exc:  # a timeout (join_timeout), a closed rendezvous, a store that is gone
+        reason = f" ({exc})" if str(exc) else ""
+        print(f"error: the nodes did not meet again: {type(exc).__name__}{reason}; {RESUME}", file=sys.stderr)
+        sys.exit(1)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        print(f"error: rank {rank} failed (exit {failure.exitcode}) and no restart is left; {RESUME}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
