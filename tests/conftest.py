@@ -107,15 +107,10 @@ def run_train(
     )
 
 
-def start_train(built_repo: Path, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        train_args(built_repo, cwd),
-        cwd=cwd,
-        env=pipeline_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+def start_train(built_repo: Path, cwd: Path, stderr: int = subprocess.PIPE) -> subprocess.Popen:
+    """The train stage started in ``cwd`` (see ``train_args``); ``stderr=subprocess.STDOUT`` merges its output."""
+    command = train_args(built_repo, cwd)
+    return subprocess.Popen(command, cwd=cwd, env=pipeline_env(), stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
 def logged_steps(directory: Path) -> int:

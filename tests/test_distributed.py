@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import DVC, digest, dvc, logged_steps, run_train, train_args, wait_for_steps, workdir
+from conftest import DVC, digest, dvc, logged_steps, run_train, start_train, wait_for_steps, workdir
 
 from solomon.records import STEP_LOG, TRAIN_METRICS
 from solomon.tools.scratch import merge, pipeline_env
@@ -125,14 +125,7 @@ def test_sigterm_stops_every_rank_at_one_step_with_a_checkpoint_and_the_resume_i
     built_repo: Path, tmp_path: Path, two_rank_model: str
 ) -> None:
     cwd = workdir(built_repo, tmp_path / "run", TWO_RANKS)
-    job = subprocess.Popen(
-        train_args(built_repo, cwd),
-        cwd=cwd,
-        env=pipeline_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    job = start_train(built_repo, cwd, stderr=subprocess.STDOUT)
     wait_for_steps(job, cwd, 13)
     job.send_signal(signal.SIGTERM)  # to torchrun, which forwards it to both ranks
     output = job.communicate(timeout=90)[0]
