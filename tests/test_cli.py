@@ -288,3 +288,23 @@ def test_try_runs_the_tiny_config_as_an_experiment_in_the_workspace(repo_copy: P
         ).stdout
         == ""
     )
+
+
+def test_params_and_deps_say_whether_the_written_files_are_fresh_and_write_them(tmp_path: Path, capsys) -> None:
+    """`solomon params` / `solomon deps` check by default (exit 1 naming the stale file and the command that
+    writes it), and --write renders it; the repository itself is fresh."""
+    import shutil
+
+    main(["params", "--root", str(ROOT)])
+    main(["deps", "--root", str(ROOT)])
+    assert capsys.readouterr().out == "params: fresh\ndeps: fresh\n"
+    for name in ("params.yaml", "dvc.yaml"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "docs").mkdir()
+    text = (tmp_path / "params.yaml").read_text(encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(text.replace("# Transformer blocks", "# stale"), encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"params: stale params.yaml, docs/params.md: run `solomon params --write`"):
+        main(["params", "--root", str(tmp_path)])
+    main(["params", "--root", str(tmp_path), "--write"])
+    main(["params", "--root", str(tmp_path)])
+    assert capsys.readouterr().out.splitlines()[-1] == "params: fresh"
