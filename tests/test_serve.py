@@ -25,7 +25,7 @@ def test_ready_after_verification_answers_with_the_manifest_digest_and_repeats_a
     run_dir = latest_run_dir(repo_copy)
     digest = hashlib.sha256((run_dir / "manifest.json").read_bytes()).hexdigest()
     hold = tmp_path / "go"
-    process, port = start(repo_copy, "--queue", "1", env={"SOLOMON_SERVE_HOLD_UNTIL": str(hold)})
+    process, port = start(repo_copy, "--slots", "1", "--queue", "1", env={"SOLOMON_SERVE_HOLD_UNTIL": str(hold)})
     try:
         wait(port, process, "/healthz")
         status, body, headers = request(port, "GET", "/readyz")
@@ -48,7 +48,7 @@ def test_ready_after_verification_answers_with_the_manifest_digest_and_repeats_a
         assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > usage["prompt_tokens"]
         assert request(port, "POST", "/v1/completions", GOOD)[1]["choices"] == first["choices"]
         # The same text `solomon generate` samples with the same settings and seed.
-        settings = ["--max-new-tokens", "6", "--temperature", "0.8", "--top-k", "40", "--seed", "7"]
+        settings = ["--max-new-tokens", "6", "--temperature", "0.8", "--top-k", "40", "--seed", "7", "--slots", "1"]
         generated = subprocess.run(
             [SOLOMON, "generate", "--prompt", GOOD["prompt"], *settings],
             cwd=repo_copy,
@@ -76,11 +76,13 @@ def test_ready_after_verification_answers_with_the_manifest_digest_and_repeats_a
             "negative seed": ({"prompt": "x", "seed": -1}, 400, "seed"),
             "above the cap": ({"prompt": "x", "max_tokens": 100000}, 400, "max_tokens"),
             "prompt too long": ({"prompt": "In the beginning " * 200}, 400, "prompt"),
-            "nucleus": ({"prompt": "x", "top_p": 0.5}, 400, "top_p"),
-            "n": ({"prompt": "x", "n": 2}, 400, "n"),
-            "stream": ({"prompt": "x", "stream": True}, 400, "stream"),
+            "nucleus of 0": ({"prompt": "x", "top_p": 0}, 400, "top_p"),
+            "n above the cap": ({"prompt": "x", "n": 5}, 400, "n"),
+            "n above the room": ({"prompt": "x", "n": 3}, 400, "n"),  # one slot, one waiting
+            "logprobs above 5": ({"prompt": "x", "logprobs": 6}, 400, "logprobs"),
+            "stream not a bool": ({"prompt": "x", "stream": "yes"}, 400, "stream"),
             "stop list": ({"prompt": "x", "stop": ["a", ""]}, 400, "stop"),
-            "unknown field": ({"prompt": "x", "echo": True}, 400, "echo"),
+            "unknown field": ({"prompt": "x", "best_of": 2}, 400, "best_of"),
         }
         for name, (body, code, param) in bad.items():
             raw = body if isinstance(body, bytes) else None
@@ -125,7 +127,7 @@ def test_tampered_weights_refuse_to_start_with_one_line(repo_copy: Path) -> None
 def test_sigterm_finishes_the_requests_in_flight_then_exits_0(repo_copy: Path) -> None:
     # Room for three requests (one generating, two queued): a fourth is refused, and that refusal is the server
     # saying that three are in flight. ~1 s each, so the fourth arrives long before the first is done.
-    process, port = start(repo_copy, "--timeout", "300", "--queue", "2", "--max-tokens", "1024")
+    process, port = start(repo_copy, "--timeout", "300", "--slots", "1", "--queue", "2", "--max-tokens", "1024")
     wait(port, process)
     answers, finished = [], []
     long = GOOD | {"max_tokens": 1024, "stop": "no such stop string"}

@@ -58,6 +58,13 @@ def _register_generate(commands: argparse._SubParsersAction) -> None:
         type=number(int, at_least=0, at_most=MAX_SEED),
         help=f"same seed, same text (default: a fresh one; every run writes '{SEED_LINE}<n>' to stderr)",
     )
+    sample.add_argument(
+        "--slots",
+        type=POSITIVE_INT,
+        default=Limits.slots,
+        help=f"the decode batch's rows, as `solomon serve --slots`: the same gives the server's text (default: "
+        f"{Limits.slots})",
+    )
     sample.set_defaults(func=_generate)
 
 
@@ -66,8 +73,9 @@ def _generate(args: argparse.Namespace) -> None:
 
     seed = draw_seed() if args.seed is None else args.seed
     text = generate_text(
-        run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, seed
-    )
+        run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, seed,
+        slots=args.slots,
+    )  # fmt: skip
     print(f"{SEED_LINE}{seed}", file=sys.stderr)  # stdout stays the text alone
     print(text)
 

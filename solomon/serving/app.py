@@ -2,31 +2,32 @@
 
 The model is verified and loaded on a thread of its own after the server is listening, so ``/healthz`` answers
 at once and ``/readyz`` says 503 until verification and loading are done (a failure stops the server: see
-``solomon.serving.server``). Generation is serial on one worker thread (one CPU model, its threads fixed);
-requests wait in a bounded queue and are refused with 429 and ``Retry-After`` beyond it, and a request still
-unfinished at its deadline gets 503. Every refusal is a JSON error shaped like OpenAI's, naming the field.
+``solomon.serving.server``). Generation runs on the engine's thread (``solomon.serving.engine``: ``slots``
+sequences at once); sequences wait in a bounded queue for a slot and are refused with 429 and ``Retry-After``
+beyond it, and a request still unfinished at its deadline gets 503. Every refusal is a JSON error shaped like
+OpenAI's, naming the field. ``/openapi.json`` describes the completions request as ``CompletionRequest`` checks it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from solomon.errors import first_line
-from solomon.serving.completions import RequestError, TimedOut, complete, parse, prepare, response
+from solomon.serving.completions import CompletionRequest, RequestError, parse, prepare
+from solomon.serving.engine import Engine
 from solomon.serving.limits import Limits
 from solomon.serving.loader import Served
+from solomon.serving.running import Running
 
 
 @dataclass
@@ -34,16 +35,25 @@ class State:
     """What the server knows of its model: None until loaded; ``error`` when loading failed."""
 
     served: Served | None = None
+    engine: Engine | None = None
     error: str | None = None
     image_digest: str | None = None
-    pending: int = 0  # requests queued or being generated (touched on the event loop only)
-    mean_s: float = 1.0  # a running mean of generation time, for Retry-After
+    pending: int = 0  # sequences waiting or in a slot (touched on the event loop only)
+    mean_s: float = 1.0  # a running mean of a sequence's time in the engine, for Retry-After
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
     body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def refusal(reason: str, limits: Limits) -> tuple[int, str, str | None, dict | None]:
+    """Status, message, param and headers for a sequence that ended neither by "stop" nor by "length"."""
+    if reason == "timeout":
+        message = f"timed out: not done within this server's {limits.timeout_s:g} s; ask fewer max_tokens"
+        return 503, message, "max_tokens", {"Retry-After": str(math.ceil(limits.timeout_s))}
+    return 500, f"internal error: {reason.removeprefix('error: ')}", None, None
 
 
 def _reject_constant(name: str) -> None:
@@ -79,11 +89,15 @@ def create_app(
     """The app; ``load`` (verify, then load) runs on a thread at start-up, ``on_failure`` gets its one-line
     refusal; ``image_digest`` is the serving image's, when the deployment passes it."""
     state = State(image_digest=image_digest)
-    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="solomon-generate")
+    engine_thread: list[threading.Thread] = []
 
     def load_in_background() -> None:
         try:
-            state.served = load()
+            served = load()
+            state.engine = Engine(served.model, limits.slots)
+            engine_thread.append(threading.Thread(target=state.engine.run, name="solomon-engine", daemon=True))
+            engine_thread[0].start()
+            state.served = served
         except Exception as exc:  # any failure refuses to serve: one line, the server stops
             state.error = first_line(exc, limit=400)
             on_failure(state.error)
@@ -92,9 +106,11 @@ def create_app(
     async def lifespan(app: FastAPI):
         threading.Thread(target=load_in_background, name="solomon-verify", daemon=True).start()
         yield
-        worker.shutdown(wait=True)
+        if state.engine is not None:  # every request has been answered: the engine finishes what is left
+            state.engine.close()
+            engine_thread[0].join()
 
-    app = FastAPI(title="solomon", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="solomon", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.solomon = state
 
     @app.exception_handler(HTTPException)
@@ -118,7 +134,10 @@ def create_app(
     async def readyz():
         if state.served is None:
             return not_ready()
-        return {"status": "ready", "run_id": state.served.run_id, "manifest_sha256": state.served.manifest_sha256}
+        served = state.served
+        # in_flight: sequences waiting or in a slot; above slots + queue, 429
+        load = {"in_flight": state.pending, "slots": limits.slots, "queue": limits.queue}
+        return {"status": "ready", "run_id": served.run_id, "manifest_sha256": served.manifest_sha256} | load
 
     @app.get("/v1/provenance")
     async def provenance():
@@ -133,7 +152,9 @@ def create_app(
         entry = {"id": state.served.run_id, "object": "model", "owned_by": "solomon"}
         return {"object": "list", "data": [entry]}
 
-    @app.post("/v1/completions")
+    schema = {"required": True, "content": {"application/json": {"schema": CompletionRequest.model_json_schema()}}}
+
+    @app.post("/v1/completions", openapi_extra={"requestBody": schema})
     async def completions(request: Request):
         served = state.served
         if served is None:
@@ -143,21 +164,28 @@ def create_app(
             job = prepare(served, parse(await read_json(request, limits.max_body_bytes)), limits)
         except RequestError as exc:
             return error(exc.status, exc.message, exc.param)
-        if state.pending > limits.queue:  # one being generated, ``limits.queue`` waiting
-            retry = str(max(1, math.ceil(state.mean_s * state.pending)))
-            return error(429, f"busy: {state.pending} requests ahead; retry later", headers={"Retry-After": retry})
-        state.pending += 1
-        try:
-            started = time.monotonic()
-            text, finish, tokens = await asyncio.wrap_future(
-                worker.submit(complete, served, job, arrived + limits.timeout_s)
+        if state.pending + job.n > limits.slots + limits.queue:
+            retry = str(max(1, math.ceil(state.mean_s * (state.pending + job.n) / limits.slots)))
+            ahead = max(0, state.pending - limits.slots)
+            return error(
+                429, f"busy: {ahead} sequences waiting for a slot; retry later", headers={"Retry-After": retry}
             )
-            state.mean_s = 0.8 * state.mean_s + 0.2 * (time.monotonic() - started)
-        except TimedOut:
-            message = f"timed out: not done within this server's {limits.timeout_s:g} s; ask fewer max_tokens"
-            return error(503, message, "max_tokens", headers={"Retry-After": str(math.ceil(limits.timeout_s))})
-        finally:
+        state.pending += job.n
+
+        def finished() -> None:
             state.pending -= 1
-        return response(served, job, text, finish, tokens)
+            state.mean_s = 0.8 * state.mean_s + 0.2 * (time.monotonic() - arrived)
+
+        running = Running(state.engine, served, job, arrived + limits.timeout_s, finished)
+        if job.stream:
+            failure = lambda reason: json.loads(error(*refusal(reason, limits)).body)  # noqa: E731
+            return StreamingResponse(running.stream(failure), media_type="text/event-stream")
+        try:
+            outcome = await running.outcome()
+        finally:
+            running.cancel()  # nothing when all are done; else (the handler cancelled) the slots go back
+        if outcome != "ok":
+            return error(*refusal(outcome, limits))
+        return running.body()
 
     return app

@@ -1,28 +1,27 @@
-"""One completion, shaped like OpenAI's completions API: the request's schema, its check against the server's
-limits (``solomon.serving.limits``), and the generation itself (one token at a time through
-``solomon.model.sampling.generate``, so a seed gives the same text here as in ``solomon generate``, and stop
-strings and the deadline are checked between tokens).
+"""A completion request, shaped like OpenAI's completions API: its schema and its check against the server's limits
+(``solomon.serving.limits``), turned into the engine's sequences (``solomon.serving.engine``) and answered through
+``solomon.serving.choices``. Sampling is ``solomon.model.sampling.next_token`` with a generator seeded by the
+request, so a seed gives the same text here as in ``solomon generate`` with the same settings and ``--slots``.
 
-Supported: ``prompt`` (one string), ``max_tokens``, ``temperature`` (0 means greedy), ``top_k``, ``seed``,
-``stop`` (a string or up to 4), ``n`` = 1, ``top_p`` = 1 only (nucleus sampling is not implemented: any other
-value is refused), ``stream`` = false, ``model`` and ``user`` (accepted, not used). Any other field is refused.
+Supported: ``prompt`` (one string), ``max_tokens``, ``temperature`` (0 means greedy), ``top_k``, ``top_p``
+(nucleus), ``seed``, ``stop`` (a string or up to 4), ``n`` (up to ``MAX_N``; choice i uses seed + i),
+``logprobs`` (the top ``MAX_LOGPROBS`` at most), ``echo``, ``stream`` (server-sent events), ``model`` and ``user``
+(accepted, not used). Any other field is refused.
 """
 
 from __future__ import annotations
 
 import secrets
-import time
-import uuid
 from dataclasses import dataclass
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from solomon.model.sampling import generate
 from solomon.serving.limits import MAX_SEED, Limits
 from solomon.serving.loader import Served
 
 MAX_STOPS = 4
+MAX_N = 4  # choices per request: each takes a slot
+MAX_LOGPROBS = 5  # OpenAI's cap on the top-N log-probabilities per token
 
 
 class RequestError(Exception):
@@ -46,18 +45,13 @@ class CompletionRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     top_k: int | None = Field(None, ge=1)
     top_p: float | None = Field(None, gt=0, le=1)
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, le=MAX_N)
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     stream: bool = False
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False
     user: str | None = None
-
-    @field_validator("top_p")
-    @classmethod
-    def _no_nucleus(cls, value: float | None) -> float | None:
-        if value is not None and value != 1:
-            raise ValueError("nucleus sampling is not implemented: send 1 or leave it out (use top_k)")
-        return value
 
     @field_validator("stop")
     @classmethod
@@ -65,13 +59,6 @@ class CompletionRequest(BaseModel):
         stops = [value] if isinstance(value, str) else value or []
         if len(stops) > MAX_STOPS or not all(stops):
             raise ValueError(f"at most {MAX_STOPS} stop strings, none empty")
-        return value
-
-    @field_validator("stream")
-    @classmethod
-    def _no_stream(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("streaming is not implemented: send false or leave it out")
         return value
 
 
@@ -92,14 +79,24 @@ def parse(body: object) -> CompletionRequest:
 
 @dataclass(frozen=True)
 class Job:
-    """A request checked against the model and the limits, ready for the worker."""
+    """A request checked against the model and the limits, ready for the engine."""
 
+    prompt: str
     prompt_ids: list[int]
     max_tokens: int
     temperature: float
     top_k: int | None
+    top_p: float
     seed: int
     stops: list[str]
+    n: int
+    logprobs: int | None
+    echo: bool
+    stream: bool
+
+    def seed_of(self, index: int) -> int:
+        """Choice ``index``'s seed: the text a request with this seed and n = 1 gets."""
+        return (self.seed + index) % (MAX_SEED + 1)
 
 
 def prepare(served: Served, request: CompletionRequest, limits: Limits) -> Job:
@@ -113,50 +110,16 @@ def prepare(served: Served, request: CompletionRequest, limits: Limits) -> Job:
     max_tokens = request.max_tokens or min(served.samples["max_new_tokens"], limits.max_tokens)
     if max_tokens > limits.max_tokens:
         raise RequestError("max_tokens", f"max_tokens: {max_tokens} is above this server's cap {limits.max_tokens}")
+    if request.n > limits.slots + limits.queue:
+        raise RequestError("n", f"n: {request.n} choices, more than this server holds ({limits.slots + limits.queue})")
     temperature = served.samples["temperature"] if request.temperature is None else request.temperature
     top_k = served.samples["top_k"] if request.top_k is None else request.top_k
     if temperature == 0:  # greedy: only the most likely token survives top-k
         temperature, top_k = 1.0, 1
     stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     seed = secrets.randbelow(MAX_SEED + 1) if request.seed is None else request.seed
-    return Job(prompt_ids, max_tokens, temperature, top_k, seed, stops)
-
-
-def complete(served: Served, job: Job, deadline: float) -> tuple[str, str, int]:
-    """(text, finish_reason, completion tokens); raises TimedOut once ``deadline`` (time.monotonic) passes."""
-    generator = torch.Generator().manual_seed(job.seed)
-    ids, new = list(job.prompt_ids), []
-    text, finish = "", "length"
-    for _ in range(job.max_tokens):
-        if time.monotonic() > deadline:
-            raise TimedOut
-        step = generate(served.model, ids, 1, job.temperature, job.top_k, generator, stop_id=served.stop_id)
-        if not step:
-            finish = "stop"
-            break
-        ids += step
-        new += step
-        text = served.tokenizer.decode(new)
-        cut = min((text.find(stop) for stop in job.stops if stop in text), default=-1)
-        if cut >= 0:
-            text, finish = text[:cut], "stop"
-            break
-    return text, finish, len(new)
-
-
-def response(served: Served, job: Job, text: str, finish: str, completion_tokens: int) -> dict:
-    prompt_tokens = len(job.prompt_ids)
-    return {
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": served.run_id,
-        "system_fingerprint": served.manifest_sha256,
-        "seed": job.seed,  # not in OpenAI's schema: the seed that makes this text again
-        "choices": [{"text": text, "index": 0, "finish_reason": finish, "logprobs": None}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
+    top_p = 1.0 if request.top_p is None else request.top_p
+    return Job(
+        request.prompt, prompt_ids, max_tokens, temperature, top_k, top_p, seed, stops, request.n,
+        request.logprobs, request.echo, request.stream,
+    )  # fmt: skip

@@ -4,7 +4,8 @@ Every file it reads — the weights, model config and tokenizer (found as ``solo
 or DVC cache) and the run's ``hyperparameters.yaml`` — is checked against the manifest's SHA256 first and then
 read from the very path verify hashed (``solomon.serving.loader``). Sampling settings default to the run's own
 ``train.samples``. Each call without a seed draws a fresh one, and the command prints the seed it used: the same
-seed gives the same text again.
+seed gives the same text again. It samples through the serving engine, one sequence in a batch of ``slots``
+rows, so a seed gives the text `solomon serve` gives it with the same ``--slots`` and ``--threads``.
 """
 
 from __future__ import annotations
@@ -12,11 +13,9 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-import torch
-
 from solomon.errors import SolomonError
-from solomon.model.sampling import generate
-from solomon.serving.limits import MAX_SEED
+from solomon.serving.engine import Engine, Sequence
+from solomon.serving.limits import MAX_SEED, Limits
 from solomon.serving.loader import Served, load_verified
 
 
@@ -35,11 +34,12 @@ def generate_text(
     top_k: int | None = None,
     seed: int = 0,
     threads: int = 1,
+    slots: int = Limits.slots,
 ) -> str:
     served = load_verified(run_dir, root, threads=threads)
     if not served.tokenizer.encode(prompt).ids:
         raise SolomonError("--prompt is empty: give some text to continue")
-    return complete(served, prompt, max_new_tokens, temperature, top_k, seed)
+    return complete(served, prompt, max_new_tokens, temperature, top_k, seed, slots)
 
 
 def complete(
@@ -49,20 +49,29 @@ def complete(
     temperature: float | None = None,
     top_k: int | None = None,
     seed: int = 0,
+    slots: int = Limits.slots,
 ) -> str:
-    """``prompt`` and its continuation, sampled as `solomon generate` samples (settings left None: the run's own
-    ``train.samples``): every path that answers with text answers through here, so one seed gives one text."""
+    """``prompt`` and its continuation, sampled through the serving engine as `solomon generate` and `solomon
+    serve` sample (settings left None: the run's own ``train.samples``): every path that answers with text (the
+    MLflow pyfunc model too) answers through here, so one seed gives one text."""
     samples = served.samples
     prompt_ids = served.tokenizer.encode(prompt).ids
     if not prompt_ids:
         raise SolomonError("the prompt is empty: give some text to continue")
-    new_ids = generate(
-        served.model,
-        prompt_ids,
-        max_new_tokens or samples["max_new_tokens"],
-        temperature or samples["temperature"],
-        top_k if top_k is not None else samples["top_k"],
-        torch.Generator().manual_seed(seed),
-        stop_id=served.stop_id,
+    new_ids: list[int] = []
+    engine = Engine(served.model, slots)
+    engine.submit(
+        Sequence(
+            prompt_ids,
+            max_new_tokens or samples["max_new_tokens"],
+            temperature or samples["temperature"],
+            top_k if top_k is not None else samples["top_k"],
+            seed,
+            on_token=lambda token, logits: new_ids.append(token) is None,
+            on_finish=lambda reason: None,
+            stop_id=served.stop_id,
+        )
     )
+    while engine.busy():
+        engine.step()
     return prompt + served.tokenizer.decode(new_ids)

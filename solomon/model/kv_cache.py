@@ -1,0 +1,84 @@
+"""Cached inference over ``GPT``'s own weights, in gpt-fast's style: a static key/value cache per slot (one slot per
+sequence, each the model's whole context) and two passes that read and write it. ``GPT.forward`` is untouched: this
+module only calls the model's submodules, so training never runs a line of it.
+
+- ``prefill`` runs one sequence (at most ``block_size`` tokens, positions from 0) into its slot: the operations of
+  ``GPT.forward`` on that sequence, all of them on its shapes but the output layer, which runs on the last
+  position only (the plain forward's logits within rounding: tests/test_engine.py).
+- ``decode`` advances many slots by one token each in one batch. Which rows run is the caller's choice: a matmul's
+  rounding depends on its row count, so a caller that wants a row's result independent of the other rows always
+  passes the same rows (``solomon.serving.engine`` passes all of them).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from solomon.model.gpt import GPT, Block
+
+
+class KVCache:
+    """Keys and values of every layer for ``slots`` sequences: (slots, heads, block_size, head_dim) each."""
+
+    def __init__(self, model: GPT, slots: int) -> None:
+        config = model.config
+        shape = (slots, config.n_head, config.block_size, config.n_embd // config.n_head)
+        dtype = model.wte.weight.dtype
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(config.n_layer)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(config.n_layer)]
+        self.slots, self.block_size = slots, config.block_size
+
+
+def _heads(block: Block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of ``ln_1(x)``, (B, heads, T, head_dim): as ``CausalSelfAttention.forward`` splits them."""
+    batch, time, channels = x.shape
+    attn = block.attn
+    q, k, v = attn.qkv(block.ln_1(x)).split(channels, dim=2)
+    return tuple(t.view(batch, time, attn.n_head, channels // attn.n_head).transpose(1, 2) for t in (q, k, v))
+
+
+def _finish(block: Block, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The rest of the block after attention's output ``y`` (B, heads, T, head_dim): projection, residuals, MLP."""
+    batch, time, channels = x.shape
+    x = x + block.attn.proj(y.transpose(1, 2).contiguous().view(batch, time, channels))
+    return x + block.mlp(block.ln_2(x))
+
+
+@torch.no_grad()
+def prefill(model: GPT, cache: KVCache, slot: int, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run ``ids`` into ``slot`` (positions 0..len-1): (the last position's logits (vocab,), the final hidden
+    states (len, n_embd), for whoever wants every position's logits)."""
+    time = len(ids)
+    if time > cache.block_size:
+        raise ValueError(f"sequence of {time} tokens exceeds block_size {cache.block_size}")
+    x = model.wte(torch.tensor([ids])) + model.wpe(torch.arange(time))
+    for layer, block in enumerate(model.blocks):
+        q, k, v = _heads(block, x)
+        cache.k[layer][slot, :, :time] = k[0]
+        cache.v[layer][slot, :, :time] = v[0]
+        x = _finish(block, x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    x = model.ln_f(x)
+    return model.lm_head(x[:, -1:])[0, -1], x[0]
+
+
+@torch.no_grad()
+def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Logits (len(rows), vocab) of token ``ids[i]`` at position ``pos[i]`` of slot ``rows[i]``, every earlier
+    position of that slot coming from the cache. A negative ``pos`` marks a padding row: computed (its shape is
+    the point) but never written, its logits meaningless."""
+    live = pos >= 0
+    pos = pos.clamp(min=0)
+    every_slot = len(rows) == cache.slots and bool((rows == torch.arange(cache.slots)).all())
+    # Row i sees its slot's keys 0..pos[i]: a padding row sees key 0 of its slot, which is finite.
+    mask = (torch.arange(cache.block_size) <= pos[:, None])[:, None, None, :]
+    x = model.wte(ids[:, None]) + model.wpe(pos[:, None])
+    for layer, block in enumerate(model.blocks):
+        q, k, v = _heads(block, x)
+        keys, values = cache.k[layer], cache.v[layer]
+        keys[rows[live], :, pos[live]] = k[live, :, 0]
+        values[rows[live], :, pos[live]] = v[live, :, 0]
+        if not every_slot:
+            keys, values = keys[rows], values[rows]
+        x = _finish(block, x, F.scaled_dot_product_attention(q, keys, values, attn_mask=mask))
+    return model.lm_head(model.ln_f(x))[:, 0]

@@ -1,0 +1,145 @@
+"""Continuous batching over a static KV cache (``solomon.model.kv_cache``): a fixed number of slots, each holding one
+sequence; a new sequence is prefilled into a free slot between decode steps and joins the running batch; every
+step advances every active slot by one token.
+
+A sequence's tokens do not depend on what else is running, by construction: its prefill runs alone (batch of
+one, its own shape), and every decode step runs all ``slots`` rows whatever the load (idle rows padded), so the
+matmuls that produce a row never change shape; each sequence samples with its own ``torch.Generator``, seeded by
+its request. ``fixed_shape=False`` runs the active rows only: faster at low load, but a row's rounding then
+depends on how many others run (tests/test_engine.py shows the difference). Past ``block_size`` the window slides
+as in ``solomon.model.sampling.generate``: the slot is recomputed over its last ``block_size`` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from solomon.errors import first_line
+from solomon.model.gpt import GPT
+from solomon.model.kv_cache import KVCache, decode, prefill
+from solomon.model.sampling import next_token
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One sequence to generate (a request's choice), and the callbacks that hear of it on the engine's thread:
+    ``on_token`` gets each new token and the logits it was drawn from, and says whether to go on (False: a stop
+    string, or nobody listening); ``on_finish`` gets "stop", "length", "timeout", "cancelled" or "error: ...";
+    ``on_prompt``, when set, gets the prefill window's logits (window, vocab) before the first token."""
+
+    prompt_ids: list[int]
+    max_tokens: int
+    temperature: float
+    top_k: int | None
+    seed: int
+    on_token: Callable[[int, torch.Tensor], bool]
+    on_finish: Callable[[str], None]
+    top_p: float = 1.0
+    stop_id: int | None = None
+    deadline: float = math.inf  # time.monotonic()
+    on_prompt: Callable[[torch.Tensor], None] | None = None
+    cancelled: bool = False  # set from any thread: the slot is freed at the next step
+    ids: list[int] = field(default_factory=list)
+    generated: int = 0
+    generator: torch.Generator | None = None
+
+
+class Engine:
+    def __init__(self, model: GPT, slots: int, fixed_shape: bool = True) -> None:
+        self.model = model.eval()
+        self.cache = KVCache(model, slots)
+        self.fixed_shape = fixed_shape
+        self.active: list[Sequence | None] = [None] * slots
+        self.waiting: deque[Sequence] = deque()
+        self.changed = threading.Condition()
+        self.closing = False
+
+    def submit(self, sequence: Sequence) -> None:
+        with self.changed:
+            self.waiting.append(sequence)
+            self.changed.notify()
+
+    def busy(self) -> bool:
+        return bool(self.waiting) or any(self.active)
+
+    def run(self) -> None:
+        """The engine's thread: step while there is work, wait while there is none, return once closed and idle."""
+        while True:
+            with self.changed:
+                self.changed.wait_for(lambda: self.busy() or self.closing)
+                if not self.busy():
+                    return
+            try:
+                self.step()
+            except Exception as exc:  # fail what is running, keep serving: the next request starts clean
+                for slot, sequence in enumerate(self.active):
+                    if sequence is not None:
+                        self._end(slot, f"error: {first_line(exc)}")
+
+    def close(self) -> None:
+        """Let ``run`` return once every submitted sequence is finished (the drain on SIGTERM)."""
+        with self.changed:
+            self.closing = True
+            self.changed.notify()
+
+    def step(self) -> None:
+        """Admit waiting sequences into free slots (prefilled one by one), then advance every active slot."""
+        block = self.cache.block_size
+        for slot in range(len(self.active)):
+            while self.active[slot] is None and self.waiting:
+                with self.changed:
+                    sequence = self.waiting.popleft()
+                self.active[slot] = sequence
+                if self._still_wanted(slot, sequence):
+                    sequence.generator = torch.Generator().manual_seed(sequence.seed)
+                    sequence.ids = list(sequence.prompt_ids)
+                    logits, hidden = prefill(self.model, self.cache, slot, sequence.ids[-block:])
+                    if sequence.on_prompt is not None:
+                        sequence.on_prompt(self.model.lm_head(hidden))
+                    self._take(slot, sequence, logits)
+        running = [(s, q) for s, q in enumerate(self.active) if q is not None and self._still_wanted(s, q)]
+        cached = [(slot, sequence) for slot, sequence in running if len(sequence.ids) <= block]
+        if cached:
+            slots = [slot for slot, _ in cached]
+            rows = torch.arange(len(self.active)) if self.fixed_shape else torch.tensor(slots)
+            where = {slot: index for index, slot in enumerate(rows.tolist())}
+            ids = torch.zeros(len(rows), dtype=torch.long)
+            pos = torch.full((len(rows),), -1)  # padding rows: computed, never written
+            for slot, sequence in cached:
+                ids[where[slot]], pos[where[slot]] = sequence.ids[-1], len(sequence.ids) - 1
+            logits = decode(self.model, self.cache, rows, ids, pos)
+            for slot, sequence in cached:
+                self._take(slot, sequence, logits[where[slot]])
+        for slot, sequence in running:
+            if len(sequence.ids) > block and self.active[slot] is sequence:  # the window slides: recompute it
+                self._take(slot, sequence, prefill(self.model, self.cache, slot, sequence.ids[-block:])[0])
+
+    def _still_wanted(self, slot: int, sequence: Sequence) -> bool:
+        if sequence.cancelled:
+            self._end(slot, "cancelled")
+        elif time.monotonic() > sequence.deadline:
+            self._end(slot, "timeout")
+        return self.active[slot] is sequence
+
+    def _take(self, slot: int, sequence: Sequence, logits: torch.Tensor) -> None:
+        """Draw the slot's next token from ``logits``, hand it on, and free the slot when the sequence is done."""
+        token = next_token(logits, sequence.temperature, sequence.top_k, sequence.generator, sequence.top_p)
+        if token == sequence.stop_id:
+            return self._end(slot, "stop")
+        sequence.ids.append(token)
+        sequence.generated += 1
+        if not sequence.on_token(token, logits):
+            return self._end(slot, "stop")
+        if sequence.generated >= sequence.max_tokens:
+            self._end(slot, "length")
+
+    def _end(self, slot: int, reason: str) -> None:
+        sequence, self.active[slot] = self.active[slot], None
+        sequence.on_finish(reason)

@@ -1,0 +1,116 @@
+"""The batched engine against the reference path (the whole window through ``GPT.forward`` per token): the same
+tokens, logits within 1e-5, past block_size too; a sequence's tokens and logits bit for bit the same alone or
+beside others arriving at any step; and the load-dependent batch shape shown to break that."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from solomon.model.gpt import GPT, GPTConfig
+from solomon.model.sampling import generate
+from solomon.serving.engine import Engine, Sequence
+
+BLOCK = 16
+
+
+@pytest.fixture(scope="module")
+def model() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=101, block_size=BLOCK, n_layer=2, n_head=4, n_embd=128)).eval()
+
+
+class Seen:
+    """What a sequence told its listener: tokens, the logits each came from, how it finished."""
+
+    def __init__(self, prompt: list[int], max_tokens: int, seed: int, **settings) -> None:
+        self.tokens: list[int] = []
+        self.logits: list[torch.Tensor] = []
+        self.finish: str | None = None
+        settings = {"temperature": 0.8, "top_k": 20} | settings
+        self.sequence = Sequence(prompt, max_tokens, seed=seed, on_token=self.token, on_finish=self.done, **settings)
+
+    def token(self, token: int, logits: torch.Tensor) -> bool:
+        self.tokens.append(token)
+        self.logits.append(logits.clone())
+        return True
+
+    def done(self, reason: str) -> None:
+        self.finish = reason
+
+
+def drive(engine: Engine, arrivals: dict[int, list[Seen]]) -> None:
+    """Step ``engine`` until idle, submitting ``arrivals[step]`` before each step."""
+    step = 0
+    while engine.busy() or any(at >= step for at in arrivals):
+        for seen in arrivals.get(step, []):
+            engine.submit(seen.sequence)
+        engine.step()
+        step += 1
+
+
+PROMPT = [5, 17, 42, 8, 99, 3]
+SAMPLED = {"temperature": 0.8, "top_k": 20}
+GREEDY = {"temperature": 1.0, "top_k": 1}
+NUCLEUS = {"temperature": 1.0, "top_k": None, "top_p": 0.7}
+
+
+@pytest.mark.parametrize("settings", [SAMPLED, GREEDY, NUCLEUS], ids=["sampled", "greedy", "nucleus"])
+def test_the_engine_draws_the_reference_paths_tokens_from_its_logits_within_1e_5(model: GPT, settings) -> None:
+    # 6 prompt tokens + 24 new: past block_size 16, so the window slides for the last 14.
+    seen = Seen(PROMPT, 24, seed=3, **settings)
+    drive(Engine(model, slots=4), {0: [seen]})
+    reference = generate(model, PROMPT, 24, generator=torch.Generator().manual_seed(3), **settings)
+    assert seen.tokens == reference and seen.finish == "length"
+    ids = PROMPT + seen.tokens
+    for i, logits in enumerate(seen.logits):
+        window = torch.tensor([ids[: len(PROMPT) + i]][-BLOCK:])[:, -BLOCK:]
+        assert torch.allclose(logits, model(window)[0, -1], atol=1e-5, rtol=0), i
+
+
+@pytest.mark.parametrize("settings", [SAMPLED, GREEDY], ids=["sampled", "greedy"])
+def test_a_sequence_is_the_same_bit_for_bit_alone_beside_one_or_beside_a_full_batch(model: GPT, settings) -> None:
+    alone = Seen(PROMPT, 20, seed=11, **settings)
+    drive(Engine(model, slots=4), {0: [alone]})
+    beside_one = Seen(PROMPT, 20, seed=11, **settings)
+    drive(Engine(model, slots=4), {0: [Seen([1, 2, 3], 30, seed=1)], 2: [beside_one]})
+    full = Seen(PROMPT, 20, seed=11, **settings)
+    others = [Seen([7] * n, 40, seed=n) for n in range(1, 6)]  # five others for four slots: one waits
+    drive(Engine(model, slots=4), {0: others[:2], 1: others[2:4], 3: [full], 5: others[4:]})
+    for under_load in (beside_one, full):
+        assert under_load.tokens == alone.tokens
+        assert all(torch.equal(a, b) for a, b in zip(alone.logits, under_load.logits, strict=True))
+    assert all(seen.finish == "length" for seen in others)
+
+
+def test_a_load_dependent_batch_shape_changes_the_logits_so_the_invariance_test_can_fail(model: GPT) -> None:
+    runs = []
+    for company in ([], [Seen([7] * n, 40, seed=n) for n in range(1, 4)]):
+        seen = Seen(PROMPT, 8, seed=11)
+        drive(Engine(model, slots=4, fixed_shape=False), {0: [seen, *company]})
+        runs.append(seen)
+    alone, crowded = runs
+    assert not all(torch.equal(a, b) for a, b in zip(alone.logits, crowded.logits, strict=True))
+
+
+def test_stop_token_cancel_and_deadline_free_their_slots(model: GPT) -> None:
+    probe = Seen(PROMPT, 10, seed=2)
+    drive(Engine(model, slots=1), {0: [probe]})
+    first_new = next(i for i, token in enumerate(probe.tokens) if i and token not in probe.tokens[:i])
+    stopped = Seen(PROMPT, 10, seed=2, stop_id=probe.tokens[first_new])
+    late = Seen(PROMPT, 5, seed=2, deadline=time.monotonic() - 1)
+    cancelled = Seen(PROMPT, 50, seed=2)
+    after = Seen(PROMPT, 10, seed=2)
+    engine = Engine(model, slots=1)
+    drive(engine, {0: [stopped, late, cancelled], 3: [after]})
+    assert stopped.tokens == probe.tokens[:first_new] and stopped.finish == "stop"
+    assert late.finish == "timeout" and late.tokens == []
+    assert cancelled.finish == "length"  # nobody cancelled it: now one that is
+    cancelled = Seen(PROMPT, 50, seed=2)
+    engine.submit(cancelled.sequence)
+    engine.step()
+    cancelled.sequence.cancelled = True
+    engine.step()
+    assert cancelled.finish == "cancelled" and not engine.busy() and after.tokens == probe.tokens
