@@ -24,15 +24,23 @@ WORKDIR /app
 # installed without resolution or network, from the wheelhouse the build context holds (`pip download
 # --require-hashes` of that lock; torch is the CPU build it pins), into a venv: the public base's Python and
 # Debian's python3.11 (whose system site is not pip's to change) alike.
+# Then, in the same layer, what serving never loads goes (tests/test_image_podman.py serves and traces the image
+# without it): torch's C++ headers, its C++ test binaries and tools (include/, test/, bin/: protoc, the shm
+# manager), and sympy, networkx and mpmath, which torch imports only to compile or reason about symbolic shapes.
 COPY requirements-serve.lock ./
 RUN --mount=type=bind,source=wheels,target=/wheels \
     python3 -m venv /opt/venv \
     && pip install --no-deps --require-hashes --no-index --find-links /wheels --no-build-isolation \
-        -r requirements-serve.lock
+        -r requirements-serve.lock \
+    && pip uninstall --yes --quiet sympy networkx mpmath \
+    && rm -rf /opt/venv/lib/python3.11/site-packages/torch/include /opt/venv/lib/python3.11/site-packages/torch/test \
+        /opt/venv/lib/python3.11/site-packages/torch/bin
 
 COPY pyproject.toml README.md ./
 COPY solomon ./solomon
+# pip and setuptools were needed only to install: a serving image installs nothing more.
 RUN pip install --no-deps --no-build-isolation . \
+    && pip uninstall --yes --quiet pip setuptools \
     && useradd --create-home --uid 10001 --shell /usr/sbin/nologin solomon
 
 ARG RUN_ID

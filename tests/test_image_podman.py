@@ -71,6 +71,8 @@ def test_the_image_serves_the_run_lineage_traces_it_and_altered_weights_fail_the
     assert config["Labels"]["dev.solomon.run-id"] == run_dir.name
     assert config["Labels"]["dev.solomon.manifest-sha256"] == digest
     assert config["User"] == "10001"
+    size = labels[0]["Size"]  # the serving lock only, torch's unused parts left out (Dockerfile)
+    assert size < 10**9, f"the serving image is {size / 1e9:.2f} GB: more than the 1 GB the serving lock allows"
 
     port, name = free_port(), f"solomon-check-{os.getpid()}"
     started = time.monotonic()
@@ -108,7 +110,7 @@ def test_the_image_serves_the_run_lineage_traces_it_and_altered_weights_fail_the
         assert code.stdout.strip() == "0"  # SIGTERM drains and exits 0
     finally:
         subprocess.run(["podman", "rm", "-f", name], capture_output=True)
-    print(f"\nimage built in {built_s:.1f} s, /readyz after {ready_s:.1f} s")
+    print(f"\nimage built in {built_s:.1f} s, {size / 1e9:.3f} GB, /readyz after {ready_s:.1f} s")
 
     # The same run, pinned to its digest as a registry tag would pin it, from a checkout whose weights were altered:
     # nothing refuses it before the build, and the build's own `solomon verify` does, in one line.
