@@ -25,16 +25,19 @@ WORKDIR /app
 # --require-hashes` of that lock; torch is the CPU build it pins), into a venv: the public base's Python and
 # Debian's python3.11 (whose system site is not pip's to change) alike.
 # Then, in the same layer, what serving never loads goes (tests/test_image_podman.py serves and traces the image
-# without it): torch's C++ headers, its C++ test binaries and tools (include/, test/, bin/: protoc, the shm
-# manager), and sympy, networkx and mpmath, which torch imports only to compile or reason about symbolic shapes.
+# without it, and holds it under 1 GB): torch's C++ headers, C++ test binaries and tools (include/, test/, bin/
+# but the shm manager `import torch` needs), its compiler (_inductor/), and sympy, networkx and mpmath, which
+# torch imports only to compile or reason about symbolic shapes; huggingface-hub and hf-xet, which tokenizers
+# needs only to download from the Hub.
 COPY requirements-serve.lock ./
 RUN --mount=type=bind,source=wheels,target=/wheels \
     python3 -m venv /opt/venv \
     && pip install --no-deps --require-hashes --no-index --find-links /wheels --no-build-isolation \
         -r requirements-serve.lock \
-    && pip uninstall --yes --quiet sympy networkx mpmath \
+    && pip uninstall --yes --quiet sympy networkx mpmath huggingface-hub hf-xet \
     && rm -rf /opt/venv/lib/python3.11/site-packages/torch/include /opt/venv/lib/python3.11/site-packages/torch/test \
-        /opt/venv/lib/python3.11/site-packages/torch/bin
+        /opt/venv/lib/python3.11/site-packages/torch/_inductor \
+    && find /opt/venv/lib/python3.11/site-packages/torch/bin -mindepth 1 ! -name torch_shm_manager -exec rm -rf {} +
 
 COPY pyproject.toml README.md ./
 COPY solomon ./solomon
