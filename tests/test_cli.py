@@ -28,7 +28,18 @@ from solomon.tools.smoke import try_arguments, try_in_workspace
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 # Every command that acts on one run; a new one belongs here (and gets the same run arguments).
-RUN_COMMANDS = {"export", "verify", "sign", "promote", "report", "generate", "serve", "replay", "track sync", "track register"}
+RUN_COMMANDS = {
+    "export",
+    "verify",
+    "sign",
+    "promote",
+    "report",
+    "generate",
+    "serve",
+    "replay",
+    "track sync",
+    "track register",
+}
 
 
 def commands(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
