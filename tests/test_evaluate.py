@@ -14,6 +14,7 @@ from solomon.data.tokenizer import token_byte_lengths, train_tokenizer
 from solomon.errors import SolomonError
 from solomon.evaluation.calibration import ReliabilityBins, calibration_errors
 from solomon.evaluation.heldout import HeldOutScore, _windows, evaluate_tokens, predictions, spread_windows
+from solomon.evaluation.temperature import TemperatureSample, fit_temperature
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import TokenizerParams
 
@@ -104,6 +105,21 @@ def test_ece_is_small_for_a_calibrated_predictor_and_large_for_an_overconfident_
     overconfident.add(logits, (draws >= confidence**3).long()[None])  # ... with p³ < p
     assert calibration_errors(calibrated.bins(15))["ece"] < 0.005
     assert calibration_errors(overconfident.bins(15))["ece"] > 0.1
+
+
+@pytest.mark.parametrize("k", [0.6, 1.0, 1.8])
+def test_the_fitted_temperature_recovers_a_known_one(k: float) -> None:
+    """Labels drawn from softmax(base) and logits k·base: the T that calibrates them is k, whatever the sample."""
+    generator = torch.Generator().manual_seed(0)
+    base = 2 * torch.randn(6000, 200, generator=generator)
+    targets = torch.multinomial(torch.softmax(base, dim=-1), 1, generator=generator).squeeze(1)
+    sample = TemperatureSample(n_targets=6000, fit_tokens=3000)  # every other target, over three batches
+    for rows in torch.split(torch.arange(6000), 2000):
+        sample.add((k * base)[rows][None], targets[rows][None])
+    temperature, fitted_on = sample.fit()
+    assert fitted_on == 3000 and temperature == pytest.approx(k, rel=0.03)
+    assert fit_temperature(k * base, targets) == pytest.approx(k, rel=0.03)
+    assert sample.fit()[0] == temperature  # deterministic
 
 
 def test_equal_mass_bins_on_a_model_agree_with_its_accuracy() -> None:
