@@ -5,8 +5,10 @@ the capability torch reports (``DEFAULT``, ``AVX2``, ``AVX512``; capped by ``ATE
 matmuls by AMX, AVX-512 BF16, AVX-512 or AVX2 (capped by ``ONEDNN_MAX_CPU_ISA``), MKL's fp32 GEMMs likewise. Two
 machines of the same kind run the same kernels, so a run is bit-identical on both (threads being equal: a param,
 ``train.threads``); on another kind the float sums are ordered differently and the last bits differ. The kind names
-what decides that — architecture, torch's capability, the best bf16-relevant ISA, AMX or not, the oneDNN version —
-and not the CPU model, which the dict keeps for the record.
+what decides that — architecture, the microarchitecture (vendor, CPU family and model: two with the same ISA
+flags still differ in speed, and a run's speed is read against its kind), torch's capability, the best bf16-relevant
+ISA, AMX or not, the oneDNN version — and not the CPU's marketing name, which the dict keeps for the record. The
+host's measured GEMM peak (``gemm_peaks``) is the reference for a run's speed; ``make bench`` measures it at length.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import time
 from functools import cache
 from pathlib import Path
 
@@ -24,12 +27,18 @@ CPUINFO = Path("/proc/cpuinfo")
 ISA_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_vnni", "avx512bw", "avx512f", "avx2", "fma")
 BEST_OF = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # the one the kind names
 # Variables that cap the kernels torch and oneDNN choose (a machine can be made to run as a lesser kind).
+PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # the precisions whose GEMM peak is measured
 CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
 
-def _cpuinfo() -> tuple[str, set[str]]:
-    """(CPU model name, instruction-set flags) from /proc/cpuinfo; the platform's words where there is none."""
-    model, flags = "", set()
+# /proc/cpuinfo's fields that name the microarchitecture (x86: e.g. AuthenticAMD, family 25, model 17 is Zen 4).
+MICROARCHITECTURE = {"vendor_id": "vendor", "cpu family": "family", "model": "model"}
+
+
+def _cpuinfo() -> tuple[str, set[str], dict[str, str]]:
+    """(CPU model name, instruction-set flags, microarchitecture) from /proc/cpuinfo's first processor; the
+    platform's words for the name where there is none."""
+    model, flags, micro = "", set(), {}
     try:
         for line in CPUINFO.read_text(encoding="utf-8").splitlines():
             key, _, value = line.partition(":")
@@ -38,9 +47,11 @@ def _cpuinfo() -> tuple[str, set[str]]:
                 model = value.strip()
             elif key in ("flags", "Features") and not flags:
                 flags = set(value.split())
+            elif key in MICROARCHITECTURE and MICROARCHITECTURE[key] not in micro:
+                micro[MICROARCHITECTURE[key]] = value.strip()
     except OSError:
         pass
-    return model or platform.processor() or platform.machine(), flags
+    return model or platform.processor() or platform.machine(), flags, micro
 
 
 @cache
@@ -59,11 +70,12 @@ def cpu_model() -> str:
 def describe() -> dict:
     """This process's machine: what selects its kernels, and its ``kind``. Threads are not in it: they are a param
     (``train.threads``, ``eval.threads``) and recorded as one."""
-    model, flags = _cpuinfo()
+    model, flags, micro = _cpuinfo()
     caps = {name: os.environ[name] for name in CAPS if name in os.environ}
     machine = {
         "arch": platform.machine(),
         "cpu": model,
+        **micro,
         "torch_capability": torch.backends.cpu.get_cpu_capability(),
         "isa": [flag for flag in ISA_FLAGS if flag in flags],
         **_library_versions(),
@@ -74,11 +86,50 @@ def describe() -> dict:
 
 
 def kind(machine: dict) -> str:
-    """E.g. ``x86_64 avx512_bf16 (no AMX), torch AVX512, oneDNN 3.12.0``."""
+    """E.g. ``x86_64 AuthenticAMD family 25 model 17, avx512_bf16 (no AMX), torch AVX512, oneDNN 3.12.0``."""
     isa = set(machine.get("isa", []))
     best = next((flag for flag in BEST_OF if flag in isa), "no AVX2")
     amx = "" if best == "amx_bf16" or machine.get("arch") not in ("x86_64", "AMD64") else " (no AMX)"
     caps = machine.get("caps") or {}
     capped = "".join(f", {name}={value}" for name, value in sorted(caps.items()) if name != "ATEN_CPU_CAPABILITY")
     onednn = f", oneDNN {machine['onednn']}" if machine.get("onednn") else ""
-    return f"{machine.get('arch')} {best}{amx}, torch {machine.get('torch_capability')}{onednn}{capped}"
+    micro = " ".join(
+        f"{field} {machine[field]}" if field != "vendor" else machine[field]
+        for field in MICROARCHITECTURE.values()
+        if machine.get(field)
+    )
+    micro = f" {micro}," if micro else ""
+    return f"{machine.get('arch')}{micro} {best}{amx}, torch {machine.get('torch_capability')}{onednn}{capped}"
+
+
+def matmul_flops(shapes: list[tuple[int, int, int]]) -> int:
+    """Floating-point operations of (M, K) @ (K, N) matmuls: a multiply and an add per term."""
+    return sum(2 * m * k * n for m, k, n in shapes)
+
+
+def best_gflops(operands: list[tuple[torch.Tensor, torch.Tensor]], repeats: int, rounds: int = 3) -> float:
+    """The best of ``rounds`` timings (a shared machine has noisy neighbours; the peak is the point)."""
+    for a, b in operands:
+        a @ b
+    flops = matmul_flops([(a.size(0), a.size(1), b.size(1)) for a, b in operands]) * repeats
+    best = 0.0
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(repeats):
+            for a, b in operands:
+                a @ b
+        best = max(best, flops / (time.perf_counter() - started) / 1e9)
+    return best
+
+
+def gemm_peak_gflops(dtype: torch.dtype, n: int = 1024, repeats: int = 3) -> float:
+    """GFLOP/s of an ``n``×``n`` square matmul in ``dtype`` at this process's thread count. The defaults take well
+    under a second for both precisions (measured: 0.4 s on 2 threads); ``make bench`` passes larger ones."""
+    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(dtype)
+    b = torch.randn(n, n, generator=torch.Generator().manual_seed(1)).to(dtype)
+    return best_gflops([(a, b)], repeats)
+
+
+def gemm_peaks(n: int = 1024, repeats: int = 3) -> dict[str, float]:
+    """The host's fp32 and bf16 GEMM peaks (GFLOP/s, rounded), the reference a run's speed (MFU) is read against."""
+    return {name: round(gemm_peak_gflops(dtype, n, repeats), 1) for name, dtype in PEAK_DTYPES.items()}

@@ -210,7 +210,9 @@ class TrainParams(_Section):
     beta2: Fraction = Param(0.95, "AdamW β2")
     clip: float = Param(1.0, "maximum global gradient norm (0: no clipping); the pre-clip norm is logged", ge=0.0)
     eval_interval: PositiveInt = Param(200, "steps between evaluations on the validation subset (and at the last step)")
-    eval_tokens: PositiveInt = Param(8192, "size of that subset: the first tokens of the val split")
+    eval_tokens: PositiveInt = Param(
+        8192, "size of that subset: windows spread evenly from the val split's start to its end, the same each time"
+    )
     early_stopping: EarlyStoppingParams = EarlyStoppingParams()
     samples: SampleParams = SampleParams()
     ckpt_interval: PositiveInt = Param(

@@ -49,6 +49,7 @@ TRAIN_RUN = f"{REPORTS_DIR}/train_run.json"
 RELIABILITY_DIR = f"{REPORTS_DIR}/reliability"
 LATEST = f"{REPORTS_DIR}/latest.json"
 SPLITS = ("val", "test")  # the held-out splits
+CALIBRATION = "calibration"  # metrics.json's section beside the splits: the temperature fitted on val, test with it
 
 MODEL_FILES = (WEIGHTS, MODEL_CONFIG)  # what the registry version stands for
 SERVING_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER)  # what a server or `solomon generate` loads

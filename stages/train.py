@@ -1,7 +1,7 @@
 """Stage train: fit the GPT decoder on the train tokens, resuming from checkpoints/ after an interruption.
 
 Writes the best evaluated model to models/, the per-step log, the evaluation/sample log, the train metrics
-(results) and the run record (timings, environment, run id), and
+(results) and the run record (timings, environment — the host's GEMM peak, measured at the start — run id), and
 streams the run to MLflow as it goes when tracking.enabled (never a reason to stop).
 Exit status 128 + N after signal N (SIGTERM: 143, SIGINT: 130), once a checkpoint is written.
 With train.nproc > 1 it starts itself again under ``torchrun --standalone`` as that many ranks.
@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from solomon.errors import run_main
-from solomon.machine import describe
+from solomon.machine import describe, gemm_peaks
 from solomon.params import load_params
+from solomon.runtime import configure_torch
 from solomon.train.distributed import RESTART_COUNT_ENV, ProcessGroup
 from solomon.train.hooks import Hooks
 from solomon.train.loop import TrainPaths, train
@@ -45,8 +46,11 @@ def main() -> None:
     parser.add_argument(
         "--run-record", type=Path, help="where to write the run's timings and environment (default: beside metrics)"
     )
+    parser.add_argument(
+        "--no-gemm-peak", action="store_true", help="do not measure the host's GEMM peak (under a second) at the start"
+    )
     args = parser.parse_args()
-    paths = TrainPaths(**{k: v for k, v in vars(args).items() if k != "fresh"})
+    paths = TrainPaths(**{k: v for k, v in vars(args).items() if k not in ("fresh", "no_gemm_peak")})
     params = load_params()
     if params.train.nproc > 1 and "LOCAL_RANK" not in os.environ:
         relaunch_under_torchrun(params.train.nproc)
@@ -56,9 +60,13 @@ def main() -> None:
         from solomon.tracking.live import RETRY_ENV, RETRY_S, LiveTracker  # imports mlflow: only when tracking
 
         tracker = LiveTracker(params, retry_s=float(os.environ.get(RETRY_ENV, RETRY_S)))
+    peaks = None
+    if group.is_main and not args.no_gemm_peak:
+        configure_torch(params.train.threads, compiled=params.train.compile)  # the peak at training's thread count
+        peaks = gemm_peaks()
     try:
         hooks, restart = Hooks.from_environment(os.environ), int(os.environ.get(RESTART_COUNT_ENV, "0"))
-        metrics = train(params, paths, args.fresh, tracker, group, hooks, describe(), restart)
+        metrics = train(params, paths, args.fresh, tracker, group, hooks, describe(), restart, peaks)
     finally:
         group.close()
     if group.is_main:

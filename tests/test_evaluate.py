@@ -13,7 +13,8 @@ import torch
 from solomon.data.tokenizer import token_byte_lengths, train_tokenizer
 from solomon.errors import SolomonError
 from solomon.evaluation.calibration import ReliabilityBins, calibration_errors
-from solomon.evaluation.heldout import HeldOutScore, _windows, evaluate_tokens, predictions
+from solomon.evaluation.heldout import HeldOutScore, _windows, evaluate_tokens, predictions, spread_windows
+from solomon.evaluation.temperature import TemperatureSample, fit_temperature
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import TokenizerParams
 
@@ -22,6 +23,23 @@ def test_windows_cover_each_target_once() -> None:
     for n in (2, 17, 64, 65, 100):
         covered = [s + 1 + i for s, length in _windows(n, 16) for i in range(length)]
         assert covered == list(range(1, n))
+
+
+def test_the_validation_subset_is_spread_over_the_whole_split() -> None:
+    """train.eval_tokens targets from windows across the split (its first tokens alone are biased), not overlapping,
+    and the same at every evaluation (a pure function of the split's length, block size and subset size)."""
+    for n, block, total in ((100_000, 64, 8192), (10_001, 64, 1000), (1000, 64, 256), (500, 64, 499)):
+        windows = spread_windows(n, block, total)
+        assert windows == spread_windows(n, block, total)
+        targets = [s + 1 + i for s, length in windows for i in range(length)]
+        assert len(targets) == len(set(targets)) == min(total, n - 1)
+        assert min(targets) == 1 and max(targets) == n - 1  # from the first quarter to the last
+        assert sum(t > 3 * n / 4 for t in targets) >= total // 8
+    tokens = np.random.default_rng(0).integers(0, 20, size=1000).astype(np.uint16)
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, n_layer=1, n_head=2, n_embd=16)).eval()
+    targets = torch.cat([t.flatten() for _, t in predictions(model, tokens, 4, 100, spread=True)])
+    first = torch.cat([t.flatten() for _, t in predictions(model, tokens, 4, 100)])
+    assert len(targets) == len(first) == 100 and not torch.equal(targets, first)
 
 
 def test_metrics_match_a_direct_computation() -> None:
@@ -87,6 +105,21 @@ def test_ece_is_small_for_a_calibrated_predictor_and_large_for_an_overconfident_
     overconfident.add(logits, (draws >= confidence**3).long()[None])  # ... with p³ < p
     assert calibration_errors(calibrated.bins(15))["ece"] < 0.005
     assert calibration_errors(overconfident.bins(15))["ece"] > 0.1
+
+
+@pytest.mark.parametrize("k", [0.6, 1.0, 1.8])
+def test_the_fitted_temperature_recovers_a_known_one(k: float) -> None:
+    """Labels drawn from softmax(base) and logits k·base: the T that calibrates them is k, whatever the sample."""
+    generator = torch.Generator().manual_seed(0)
+    base = 2 * torch.randn(6000, 200, generator=generator)
+    targets = torch.multinomial(torch.softmax(base, dim=-1), 1, generator=generator).squeeze(1)
+    sample = TemperatureSample(n_targets=6000, fit_tokens=3000)  # every other target, over three batches
+    for rows in torch.split(torch.arange(6000), 2000):
+        sample.add((k * base)[rows][None], targets[rows][None])
+    temperature, fitted_on = sample.fit()
+    assert fitted_on == 3000 and temperature == pytest.approx(k, rel=0.03)
+    assert fit_temperature(k * base, targets) == pytest.approx(k, rel=0.03)
+    assert sample.fit()[0] == temperature  # deterministic
 
 
 def test_equal_mass_bins_on_a_model_agree_with_its_accuracy() -> None:

@@ -51,6 +51,16 @@ def test_full_repro_writes_every_output(built_repo: Path) -> None:
         assert len(bins) == 15 and sum(b["tokens"] for b in bins) == metrics[split]["tokens"]
         ece = sum(b["tokens"] * abs(b["accuracy"] - b["confidence"]) for b in bins) / metrics[split]["tokens"]
         assert ece == pytest.approx(metrics[split]["ece"], abs=1e-6)
+    # Temperature scaling: T fitted on val; test's figures and bins with it, beside the raw ones it leaves as they are.
+    scaled = metrics["calibration"]
+    assert 0.25 < scaled["temperature"] < 4 and scaled["fitted_on"].startswith("val (")
+    assert 0 < scaled["test_ece"] <= scaled["test_mce"] < 1 and 0 < scaled["test_bits_per_byte"] < 8
+    assert scaled["test_loss"] <= metrics["test"]["loss"] + 0.05  # fitted on val, so not necessarily lower on test
+    assert sum(b["tokens"] for b in scaled["test_reliability"]) == metrics["test"]["tokens"]
+    # The train stage measured the host's GEMM peak as it started: a record of how it ran, not a result.
+    peak = json.loads((built_repo / "reports/train_run.json").read_text())["gemm_peak_gflops"]
+    assert set(peak) == {"fp32", "bf16"} and all(v > 0 for v in peak.values())
+    assert "gemm_peak" not in (built_repo / "reports/train_metrics.json").read_text()
     plots = json.loads(dvc(built_repo, "plots", "show", "--json").stdout)["data"]
     diagram = plots["reliability diagram"][0]["content"]
     assert {row["filename"] for row in diagram["data"]["values"]} == {"val.json", "test.json"}
@@ -76,6 +86,8 @@ def test_full_repro_writes_every_output(built_repo: Path) -> None:
         "run.json",
     ):
         assert (run_dir / name).is_file(), name
+    page = (run_dir / "README.md").read_text()
+    assert f"Temperature scaling (T = {scaled['temperature']}" in page and "Reliability bins of test" in page
     assert sum(f.stat().st_size for f in run_dir.iterdir()) < 2_000_000
     assert not [f for f in run_dir.iterdir() if f.suffix in (".safetensors", ".pt", ".bin")]
     log_lines = (built_repo / "reports/train_log.tsv").read_text().splitlines()

@@ -377,6 +377,24 @@ def test_the_machine_kind_names_what_selects_the_kernels() -> None:
     epyc = {"arch": "x86_64", "isa": ["avx512_bf16", "avx512f"], "torch_capability": "AVX512", "onednn": "3.12.0"}
     assert kind(amx) == "x86_64 amx_bf16, torch AVX512"
     assert kind(epyc) == "x86_64 avx512_bf16 (no AMX), torch AVX512, oneDNN 3.12.0"
+    # Two microarchitectures with the same ISA flags (AMD Zen 4 and Zen 5) run at different speeds: two kinds.
+    zen4, zen5 = (
+        {**epyc, "vendor": "AuthenticAMD", "family": "25", "model": "17"},
+        {**epyc, "vendor": "AuthenticAMD", "family": "26", "model": "2"},
+    )
+    assert kind(zen4) == "x86_64 AuthenticAMD family 25 model 17, avx512_bf16 (no AMX), torch AVX512, oneDNN 3.12.0"
+    assert kind(zen4) != kind(zen5)
+
+
+def test_the_hosts_gemm_peak_is_measured_in_under_a_second() -> None:
+    import time
+
+    from solomon.machine import gemm_peaks
+
+    started = time.perf_counter()
+    peaks = gemm_peaks()
+    assert time.perf_counter() - started < 3  # the train stage measures it as it starts
+    assert set(peaks) == {"fp32", "bf16"} and all(peak > 0 for peak in peaks.values())
 
 
 def test_a_resume_on_another_machine_kind_is_warned_and_recorded(tiny_run, capsys) -> None:

@@ -1,17 +1,23 @@
 """The evaluate stage: the final model's held-out scores (``solomon.evaluation.heldout``) and its calibration
-(``solomon.evaluation.calibration``) on the val and test splits, from one pass over each."""
+(``solomon.evaluation.calibration``) on the val and test splits, from one pass over each; and the temperature that
+calibrates it (``solomon.evaluation.temperature``), fitted on val, with the test split's figures under it."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
+import torch
 
 from solomon.atomic import write_json
 from solomon.data.tokenizer import load_tokenizer, open_tokens, token_byte_lengths
 from solomon.errors import SolomonError
 from solomon.evaluation.calibration import ReliabilityBins, calibration_errors
 from solomon.evaluation.heldout import HeldOutScore, predictions
+from solomon.evaluation.temperature import TemperatureSample
 from solomon.model import weights
 from solomon.params import EvalParams
+from solomon.records import CALIBRATION
 from solomon.runtime import configure_torch
 
 EVAL_SPLITS = ("val", "test")
@@ -20,8 +26,9 @@ EVAL_SPLITS = ("val", "test")
 def evaluate(
     params: EvalParams, model_dir: Path, tokens_dir: Path, tokenizer_path: Path, out: Path, reliability_dir: Path
 ) -> dict:
-    """Write ``out`` (metrics.json: per split loss, perplexity, bits per byte, accuracy, ECE, MCE) and
-    ``reliability_dir/<split>.json`` (the reliability diagram's bins); return the metrics."""
+    """Write ``out`` (metrics.json: per split loss, perplexity, bits per byte, accuracy, ECE, MCE; under
+    ``calibration`` the temperature and the test split's figures and bins with it) and ``reliability_dir/<split>.json``
+    (the reliability diagram's bins); return the metrics."""
     configure_torch(params.threads)
     model = weights.load(model_dir)
     byte_lengths = token_byte_lengths(load_tokenizer(tokenizer_path))
@@ -30,15 +37,61 @@ def evaluate(
             f"tokenizer has {len(byte_lengths)} tokens but the model expects {model.config.vocab_size}: "
             "retrain with `dvc repro`"
         )
-    metrics, reliability = {}, {}
-    for split in EVAL_SPLITS:
-        score, calibration = HeldOutScore(byte_lengths), ReliabilityBins()
-        for logits, targets in predictions(model, open_tokens(tokens_dir, split), params.batch_size, params.max_tokens):
-            score.add(logits, targets)
-            calibration.add(logits, targets)
-        reliability[split] = calibration.bins(params.calibration_bins)
-        metrics[split] = score.result() | calibration_errors(reliability[split])
-    for split, bins in reliability.items():
+    val, test = EVAL_SPLITS
+    val_tokens, test_tokens = open_tokens(tokens_dir, val), open_tokens(tokens_dir, test)
+    val_scores, sample = SplitScores(byte_lengths), TemperatureSample(_targets(len(val_tokens), params.max_tokens))
+    for logits, targets in predictions(model, val_tokens, params.batch_size, params.max_tokens):
+        val_scores.add(logits, targets)
+        sample.add(logits, targets)
+    temperature, fit_tokens = sample.fit()
+    test_scores, scaled = SplitScores(byte_lengths), SplitScores(byte_lengths)
+    for logits, targets in predictions(model, test_tokens, params.batch_size, params.max_tokens):
+        test_scores.add(logits, targets)
+        scaled.add(logits / temperature, targets)
+    (val_metrics, val_bins), (test_metrics, test_bins) = (
+        s.result(params.calibration_bins) for s in (val_scores, test_scores)
+    )
+    metrics = {
+        val: val_metrics,
+        test: test_metrics,
+        CALIBRATION: _calibrated(
+            temperature, f"{val} ({fit_tokens} tokens)", test, *scaled.result(params.calibration_bins)
+        ),
+    }
+    for split, bins in ((val, val_bins), (test, test_bins)):
         write_json(reliability_dir / f"{split}.json", bins)
     write_json(out, metrics)
     return metrics
+
+
+def _targets(n_tokens: int, max_tokens: int | None) -> int:
+    """How many targets ``heldout.predictions`` yields of a split of ``n_tokens``."""
+    return min(n_tokens - 1, max_tokens or n_tokens)
+
+
+class SplitScores:
+    """A split's held-out scores and reliability bins, from the same batches."""
+
+    def __init__(self, byte_lengths: np.ndarray) -> None:
+        self.score, self.bins = HeldOutScore(byte_lengths), ReliabilityBins()
+
+    def add(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        self.score.add(logits, targets)
+        self.bins.add(logits, targets)
+
+    def result(self, n_bins: int) -> tuple[dict, list[dict]]:
+        """(loss, perplexity, bits per byte, accuracy, tokens, bytes, ECE, MCE; the reliability bins)."""
+        bins = self.bins.bins(n_bins)
+        return self.score.result() | calibration_errors(bins), bins
+
+
+def _calibrated(temperature: float, fitted_on: str, split: str, scored: dict, bins: list[dict]) -> dict:
+    """metrics.json's ``calibration``: T, what it was fitted on, and ``split``'s figures and bins with the logits
+    divided by it (flat keys: ``dvc metrics`` and MLflow show each as ``calibration.<split>_<name>``). Accuracy and
+    the token counts are those of the raw split: dividing by T keeps every ranking."""
+    return {
+        "temperature": round(temperature, 4),
+        "fitted_on": fitted_on,
+        **{f"{split}_{name}": scored[name] for name in ("loss", "perplexity", "bits_per_byte", "ece", "mce")},
+        f"{split}_reliability": bins,
+    }

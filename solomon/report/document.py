@@ -9,7 +9,7 @@ from markdown_it import MarkdownIt
 from tabulate import tabulate
 
 from solomon.params import flatten
-from solomon.records import RunFiles
+from solomon.records import CALIBRATION, RunFiles
 
 Table = tuple[list[str], list[list]]
 
@@ -19,8 +19,36 @@ def key_value_table(mapping: dict) -> Table:
 
 
 def metrics_table(metrics: dict) -> Table:
-    names = list(next(iter(metrics.values())))
-    return ["split", *names], [[split, *(values[n] for n in names)] for split, values in metrics.items()]
+    splits = {split: values for split, values in metrics.items() if split != CALIBRATION}
+    names = list(next(iter(splits.values())))
+    return ["split", *names], [[split, *(values[n] for n in names)] for split, values in splits.items()]
+
+
+def calibration_tables(metrics: dict, reliability: dict[str, list[dict]] | None, split: str = "test") -> dict:
+    """``split``'s figures and reliability bins raw and with the logits divided by the fitted temperature (none for
+    a run evaluated before temperature scaling existed)."""
+    scaled = metrics.get(CALIBRATION)
+    if scaled is None:
+        return {}
+    names = ("loss", "perplexity", "bits_per_byte", "ece", "mce")
+    temperature, label = scaled["temperature"], f"{split}, logits ÷ {scaled['temperature']}"
+    rows = [[split, *(metrics[split][n] for n in names)], [label, *(scaled[f"{split}_{n}"] for n in names)]]
+    tables = {
+        f"Temperature scaling (T = {temperature}, fitted on {scaled['fitted_on']}; not applied when serving)": (
+            ["", *names],
+            rows,
+        )
+    }
+    if reliability is not None:
+        pairs = zip(reliability[split], scaled[f"{split}_reliability"], strict=True)
+        tables[f"Reliability bins of {split}, raw and with the logits ÷ T"] = (
+            ["bin", "confidence", "accuracy", "confidence ÷ T", "accuracy ÷ T"],
+            [
+                [raw["bin"], raw["confidence"], raw["accuracy"], cal["confidence"], cal["accuracy"]]
+                for raw, cal in pairs
+            ],
+        )
+    return tables
 
 
 def render_markdown(title: str, intro: list[str], tables: dict[str, Table], charts: list[str]) -> str:

@@ -140,8 +140,10 @@ def render_pages(run_dir: Path) -> None:
         f"Corpus: {hyperparameters['corpus']['source']}; data card: {RunFiles.DATACARD_MD}. Hyperparameters: "
         f"{RunFiles.HYPERPARAMETERS} (every value, defaults included) and {RunFiles.PARAMS} (as written).",
     ]
+    reliability = read_reliability(run_dir)
     tables = {
         "Held-out metrics": document.metrics_table(metrics),
+        **document.calibration_tables(metrics, reliability),
         "Training": document.key_value_table(train_metrics),
         **({"How the training ran": document.key_value_table(train_run)} if train_run else {}),
         "Evaluations during training (fixed validation subset)": (
@@ -165,7 +167,7 @@ def render_pages(run_dir: Path) -> None:
             ],
         ),
     }
-    svgs = charts.svgs(rows, evals, read_reliability(run_dir))
+    svgs = charts.svgs(rows, evals, reliability)
     datacard = (run_dir / RunFiles.DATACARD_MD).read_text(encoding="utf-8")
     html_page, markdown_page = RunFiles.PAGES
     write_text(run_dir / markdown_page, document.render_markdown(title, intro, tables, list(svgs)))

@@ -33,6 +33,7 @@ import torch
 import yaml
 
 from solomon.errors import SolomonError, last_line
+from solomon.machine import best_gflops, gemm_peaks, matmul_flops
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params, read_yaml
 from solomon.pipeline import dvc_executable, stage_command
@@ -53,32 +54,7 @@ VARIANTS = {
     "compiled fp32": ("fp32", True, "adamw"),
     "compiled bf16": ("bf16", True, "adamw"),
 }
-
-
-def _best_gflops(operands: list[tuple[torch.Tensor, torch.Tensor]], repeats: int, rounds: int = 3) -> float:
-    """The best of ``rounds`` timings (a shared 2-core machine has noisy neighbours; the peak is the point)."""
-    for a, b in operands:
-        a @ b
-    flops = matmul_flops([(a.size(0), a.size(1), b.size(1)) for a, b in operands]) * repeats
-    best = 0.0
-    for _ in range(rounds):
-        started = time.perf_counter()
-        for _ in range(repeats):
-            for a, b in operands:
-                a @ b
-        best = max(best, flops / (time.perf_counter() - started) / 1e9)
-    return best
-
-
-def matmul_flops(shapes: list[tuple[int, int, int]]) -> int:
-    """Floating-point operations of (M, K) @ (K, N) matmuls: a multiply and an add per term."""
-    return sum(2 * m * k * n for m, k, n in shapes)
-
-
-def gemm_peak_gflops(dtype: torch.dtype, n: int = 2048, repeats: int = 10) -> float:
-    a = torch.randn(n, n, generator=torch.Generator().manual_seed(0)).to(dtype)
-    b = torch.randn(n, n, generator=torch.Generator().manual_seed(1)).to(dtype)
-    return _best_gflops([(a, b)], repeats)
+BENCH_GEMM = (2048, 10)  # (n, repeats): a longer GEMM-peak measurement than the train stage's seconds at its start
 
 
 def model_matmul_shapes(config: GPTConfig, tokens: int) -> list[tuple[int, int, int]]:
@@ -98,7 +74,7 @@ def matmul_ceiling_gflops(config: GPTConfig, tokens: int, dtype: torch.dtype, re
         (torch.randn(m, k, generator=generator).to(dtype), torch.randn(k, n, generator=generator).to(dtype))
         for m, k, n in model_matmul_shapes(config, tokens)
     ]
-    return _best_gflops(operands, repeats)
+    return best_gflops(operands, repeats)
 
 
 def flops_per_token(config: GPTConfig, n_params: int) -> int:
@@ -114,7 +90,7 @@ def training_throughput(
     params: Params, steps: int = 20, warmup: int = 3, vocab_size: int = 8192, compile_variant: bool = True
 ) -> dict:
     configure_torch(params.train.threads, compiled=compile_variant)
-    peaks = {"fp32": gemm_peak_gflops(torch.float32), "bf16": gemm_peak_gflops(torch.bfloat16)}
+    peaks = gemm_peaks(*BENCH_GEMM)
     config = GPTConfig.from_params(params.model, vocab_size)
     tokens = torch.randint(0, vocab_size, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
     order = DataOrder(0, len(tokens), params.model.block_size, params.train.batch_size, params.train.accum_steps)
@@ -173,7 +149,7 @@ def training_throughput(
     for result in results.values():
         result["ratio_to_eager_fp32"] = round(result["tokens_per_s"] / base, 3)
     return {
-        "gemm_peak_gflops": {k: round(v, 1) for k, v in peaks.items()},
+        "gemm_peak_gflops": peaks,
         # the model's own matmul shapes: the MFU that a step of nothing but its matmuls would reach
         "matmul_ceiling_gflops": {k: round(v, 1) for k, v in ceilings.items()},
         "matmul_ceiling_mfu": {k: round(ceilings[k] / peaks[k], 3) for k in peaks},

@@ -169,11 +169,13 @@ def train(
     hooks: Hooks = NO_HOOKS,
     machine: dict | None = None,
     restart: int = 0,
+    gemm_peak: dict[str, float] | None = None,
 ) -> dict:
     """Train, or resume, to ``train.max_steps``. With several ranks every rank runs this function; only rank 0
     (``group.is_main``) evaluates and writes anything, and the others return an empty dict. ``machine``: this
     process's machine as ``solomon.machine.describe`` gives it (tests pass another kind); ``restart``: torchrun's
-    restart count in this process (every rank's is recorded with the step they start from)."""
+    restart count in this process (every rank's is recorded with the step they start from); ``gemm_peak``: the host's
+    GEMM peak by precision (``solomon.machine.gemm_peaks``), recorded in the run record (None: not measured)."""
     cfg = params.train
     group = group or ProcessGroup()
     tracker = tracker if tracker is not None and group.is_main else NoTracking()
@@ -275,7 +277,7 @@ def train(
         if not group.is_main:
             status = "FINISHED"
             return {}
-        metrics = _finish(params, paths, checkpointer, parts, run_id, start, done, timers, started, hooks)
+        metrics = _finish(params, paths, checkpointer, parts, run_id, start, done, timers, started, hooks, gemm_peak)
         status = "FINISHED"
     finally:
         # Once, after everything else: a run FINISHED in MLflow has all its files on disk, and a failure while
@@ -312,6 +314,7 @@ def _finish(
     timers: Timers,
     started: float,
     hooks: Hooks,
+    gemm_peak: dict[str, float] | None,
 ) -> dict:
     """Write the best evaluated model to ``model_dir`` and the replay anchors, mark the run completed, and write its
     results (``paths.metrics``) and how it ran (``paths.run_record_path()``); returns both in one dict."""
@@ -351,6 +354,7 @@ def _finish(
         "compile": cfg.compile,
         "threads": cfg.threads,
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "gemm_peak_gflops": gemm_peak,  # this host's, measured as the stage started: the reference for its speed
         "machine_kinds": parts.machines.kinds(),  # which machine kind trained which steps
         "starts": parts.machines.starts,  # each start of the processes: its step, each rank's torchrun restarts
     }

@@ -1,4 +1,5 @@
-"""Evaluation during training, every ``train.eval_interval`` steps: the loss on a fixed validation subset, which
+"""Evaluation during training, every ``train.eval_interval`` steps: the loss on a fixed validation subset (windows
+spread over the whole val split, ``heldout.spread_windows``), which
 picks the best model (saved as the run's output) and drives early stopping, and sample generations from their
 own random stream."""
 
@@ -47,7 +48,7 @@ class PeriodicEvaluation:
         cfg = self.params.train
         model.eval()
         metrics = evaluate_tokens(
-            model, self.val_tokens, self.byte_lengths, self.params.eval.batch_size, cfg.eval_tokens
+            model, self.val_tokens, self.byte_lengths, self.params.eval.batch_size, cfg.eval_tokens, spread=True
         )
         samples = [self._sample(model, step, index, prompt) for index, prompt in enumerate(cfg.samples.prompts)]
         model.train()
