@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from solomon.tools.bench import MATMUL_OPS
+from solomon.tools.bench.throughput import MATMUL_OPS
 from solomon.tools.scratch import pipeline_env
 
 

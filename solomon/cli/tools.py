@@ -70,7 +70,7 @@ def _bench(args: argparse.Namespace) -> None:
 
     from solomon.atomic import write_json
     from solomon.params import load_params
-    from solomon.tools.bench import measure
+    from solomon.tools.bench.report import measure
 
     params = load_params(args.params)
     result = measure(

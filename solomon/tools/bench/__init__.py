@@ -1,0 +1,18 @@
+"""``make bench``: how fast the default model trains here, and where a real train stage's time goes.
+
+1. A GEMM peak measured in this process (fp32 and bf16 square matmuls), the reference for MFU.
+2. The default model trained for a fixed number of steps after warm-up in eager and compiled fp32 and bf16
+   autocast, and eager bf16 with ``train.optimizer: muon``, one after another in this process: tokens/s, achieved
+   GFLOP/s (6·N per token for the weights plus 12·L·d·T for attention, as in the PaLM and nanoGPT estimates) and
+   MFU against the peak of the variant's precision; the default variant's step by operator (torch.profiler); the
+   step's weight matmuls timed alone at their own shapes, the MFU a step of nothing but matmuls would reach; and
+   the same matmuls' rate inside the profiled step (their FLOPs over the profiler's matmul kernel time).
+3. A real train stage (``stages/train.py``, tracking, evaluation with samples and checkpoints on at their
+   configured intervals) on the workspace's token files for ``stage_steps`` steps: wall time and the share of
+   each overhead, from the seconds the loop records in ``train_run.json``; then that run resumed, timed
+   until it trains again, and ``dvc repro`` with nothing changed when the workspace is up to date.
+4. Serving: concurrent clients against ``solomon serve``'s stack on loopback (a server process, a model of the
+   default size with random weights): requests/s, p50/p95 latency, generated tokens/s, errors.
+``measure`` takes all four, handing each part's text (``format_*``) to the caller as soon as it is measured.
+A benchmark, not a test: nothing here asserts a time.
+"""

@@ -1,0 +1,97 @@
+"""All of ``make bench`` in one run (``measure``), and the text `solomon bench` prints of each part."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+from solomon.params import Params
+from solomon.records import TOKENS_DIR
+from solomon.tools.bench.serving import serving_load
+from solomon.tools.bench.stage import stage_overheads
+from solomon.tools.bench.throughput import training_throughput
+
+
+# --- all of it, and what `solomon bench` prints of it ------------------------------------------------------------
+def measure(
+    params: Params,
+    root: Path,
+    steps: int,
+    compile_variant: bool,
+    stage_steps: int,
+    serving_clients: int,
+    report: Callable[[str], None],
+) -> dict:
+    """Every figure, each part handed to ``report`` as text as soon as it is measured (a bench takes minutes): the
+    train stage on ``root``'s token files unless ``stage_steps`` is 0 or there are none, serving unless
+    ``serving_clients`` is 0."""
+    from datetime import UTC, datetime
+
+    result = {"measured_utc": datetime.now(UTC).isoformat(timespec="seconds")}
+    result["throughput"] = training_throughput(params, steps=steps, compile_variant=compile_variant)
+    report(format_throughput(result["throughput"]))
+    if stage_steps and (root / TOKENS_DIR / "train.bin").is_file():
+        result["stage"] = stage_overheads(root.resolve(), stage_steps)
+        report(format_stage(result["stage"]))
+    else:
+        report(f"train stage not timed: no {TOKENS_DIR} here (run `make run` first) or --stage-steps 0")
+    if serving_clients:
+        result["serving"] = serving_load(clients=serving_clients)
+        report(format_serving(result["serving"]))
+    return result
+
+
+def format_throughput(throughput: dict) -> str:
+    """The peaks and ceilings, a row per variant, the default step by operator, peak RSS."""
+    from tabulate import tabulate
+
+    peaks, ceilings, ceiling_mfu = (
+        throughput[k] for k in ("gemm_peak_gflops", "matmul_ceiling_gflops", "matmul_ceiling_mfu")
+    )
+    lines = [
+        f"GEMM peak here: fp32 {peaks['fp32']} GFLOP/s, bf16 {peaks['bf16']} GFLOP/s",
+        f"the model's own matmuls alone: fp32 {ceilings['fp32']} GFLOP/s ({ceiling_mfu['fp32']:.1%} of peak), "
+        f"bf16 {ceilings['bf16']} GFLOP/s ({ceiling_mfu['bf16']:.1%} of peak): the MFU ceiling of this model here",
+    ]
+    if in_step := throughput["in_step_matmul"]:
+        lines.append(
+            f"the same matmuls inside the default step (profiled): {in_step['gflops']} GFLOP/s "
+            f"({in_step['of_peak']:.1%} of peak), {in_step['ms_per_step']} ms per step"
+        )
+    variants = throughput["variants"]
+    rows = [
+        [name, v["tokens_per_s"], v["ratio_to_eager_fp32"], v["gflops"], f"{v['mfu']:.1%} of {v['mfu_of']}",
+         v["warmup_s"]]
+        for name, v in variants.items()
+    ]  # fmt: skip
+    headers = ["variant", "tokens/s", "× eager fp32", "GFLOP/s", "MFU", "warm-up s"]
+    lines.append(tabulate(rows, headers, tablefmt="github"))
+    lines.append("\nwhere the default path's step time goes (torch.profiler, self CPU time):")
+    ops = [
+        [p["op"][:60], f"{p['share']:.1%}", p["ms_per_step"], p["calls_per_step"]]
+        for p in throughput["default_step_profile"]
+    ]
+    lines.append(tabulate(ops, ["operator", "share", "ms/step", "calls/step"], tablefmt="github"))
+    lines.append(f"peak RSS while training: {max(v['peak_rss_mib_so_far'] for v in variants.values()):.1f} MiB")
+    return "\n".join(lines)
+
+
+def format_stage(stage: dict) -> str:
+    """Each overhead's seconds and share of the loop's wall time; resume latency, a no-op ``dvc repro``."""
+    from tabulate import tabulate
+
+    rows = [[name, stage["seconds"][name], f"{share:.2%}"] for name, share in stage["share_of_loop_wall"].items()]
+    rows.append(["all overheads", round(sum(stage["seconds"].values()), 3), f"{stage['overhead_share']:.2%}"])
+    return (
+        f"\ntrain stage, {stage['steps']} steps (loop {stage['loop_wall_s']} s, {stage['tokens_per_s']} tokens/s):\n"
+        + tabulate(rows, ["overhead", "seconds", "share of loop wall"], tablefmt="github")
+        + f"\nresume (start to training again): {stage['resume_s']} s; "
+        f"dvc repro with nothing changed: {stage['noop_dvc_repro_s']} s"
+    )
+
+
+def format_serving(serving: dict) -> str:
+    return (
+        f"\nserving ({serving['model']}, {serving['clients']} concurrent clients, {serving['requests']} requests "
+        f"of {serving['max_tokens']} tokens, loopback): {serving['requests_per_s']} requests/s, p50 "
+        f"{serving['p50_latency_s']} s, p95 {serving['p95_latency_s']} s, {serving['generated_tokens_per_s']} "
+        f"generated tokens/s, {serving['errors']} errors"
+    )
