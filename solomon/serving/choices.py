@@ -89,14 +89,21 @@ class Choice:
 ENTRIES = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
 
 
-def body(served: Served, job: Job, choices: list[Choice], completion_id: str, created: int) -> dict:
-    prompt_tokens, completion_tokens = len(job.prompt_ids), sum(len(choice.ids) for choice in choices)
+def _envelope(served: Served, completion_id: str, created: int) -> dict:
+    """What every answer and every streamed chunk carries: which completion, and which run answers it."""
     return {
         "id": completion_id,
         "object": "text_completion",
         "created": created,
         "model": served.run_id,
         "system_fingerprint": served.manifest_sha256,
+    }
+
+
+def body(served: Served, job: Job, choices: list[Choice], completion_id: str, created: int) -> dict:
+    prompt_tokens, completion_tokens = len(job.prompt_ids), sum(len(choice.ids) for choice in choices)
+    return {
+        **_envelope(served, completion_id, created),
         "seed": job.seed,  # not in OpenAI's schema: the seed that makes this text again
         "choices": [choice.as_dict() for choice in choices],
         "usage": {
@@ -110,10 +117,6 @@ def body(served: Served, job: Job, choices: list[Choice], completion_id: str, cr
 def chunk(served: Served, completion_id: str, created: int, index: int, text: str, logprobs, finish) -> dict:
     """One server-sent event's body, as OpenAI's streamed completions send it."""
     return {
-        "id": completion_id,
-        "object": "text_completion",
-        "created": created,
-        "model": served.run_id,
-        "system_fingerprint": served.manifest_sha256,
+        **_envelope(served, completion_id, created),
         "choices": [{"text": text, "index": index, "finish_reason": finish, "logprobs": logprobs}],
     }
