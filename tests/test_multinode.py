@@ -111,6 +111,13 @@ def test_two_nodes_train_the_bytes_of_one_node_with_two_processes(hosts, built_r
     assert starts == [{"from_step": 0, "torchrun_restarts": [0, 0]}]
 
 
+# Beside the parallel suite this test once hung: node 0 still running 300 s after node 1's worker was killed
+# (fresh-clone CI, 2026-12-01, both xdist workers busy); alone it passes in about 60 s. Until that is understood it
+# runs in `make multinode` (SOLOMON_MULTINODE=1), not in `make test` (KNOWN_ISSUES).
+@pytest.mark.skipif(
+    os.environ.get("SOLOMON_MULTINODE") != "1",
+    reason="hung once beside the parallel suite (KNOWN_ISSUES): `make multinode` runs it alone",
+)
 def test_a_lost_worker_is_restarted_by_torchrun_and_the_run_ends_bit_identical(
     built_repo, tmp_path, one_node, hosts
 ) -> None:
