@@ -17,8 +17,6 @@ from typing import Any
 from solomon.serving.generate import complete
 from solomon.serving.loader import Served, load_verified
 
-PARAMS = ("max_tokens", "temperature", "top_k", "seed")  # the signature's params, as /v1/completions names them
-
 
 class SolomonModel:
     """A verified run's model behind MLflow's pyfunc interface: one prompt a row, one text an answer."""
@@ -28,7 +26,7 @@ class SolomonModel:
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> list[str]:
         params = params or {}
-        prompts = list(model_input["prompt"]) if hasattr(model_input, "__getitem__") else list(model_input)
+        prompts = list(model_input["prompt"])  # MLflow enforces the signature: a frame with a prompt column
         return [
             complete(
                 self.served,

@@ -20,11 +20,11 @@ from pydantic.fields import FieldInfo
 
 from solomon.atomic import write_text
 from solomon.errors import SolomonError
-from solomon.params import Params, load_params, read_yaml
+from solomon.params import Params, load_params
+from solomon.pipeline import stage_params
 from solomon.records import PARAMS_FILE
 
 PARAMS_DOC = "docs/params.md"
-DVC_YAML = "dvc.yaml"
 WIDTH = 120
 COMMENT_COLUMN = 25  # params.yaml's comments start here when the line leaves room
 
@@ -194,12 +194,6 @@ def render_params_md(stage_params: dict[str, list[str]]) -> str:
         parts.append("\n| key | default | values | meaning |\n|---|---|---|---|\n")
         parts.append("\n".join(_doc_rows(nested, name)) + "\n")
     return "".join(parts) + DOC_FOOTER
-
-
-def stage_params(repo: Path) -> dict[str, list[str]]:
-    """Each dvc.yaml stage's params, as it lists them (sections or dotted keys)."""
-    stages = read_yaml(repo / DVC_YAML)["stages"]
-    return {name: [str(p) for p in stage.get("params", [])] for name, stage in stages.items()}
 
 
 def rendered(repo: Path) -> dict[str, str]:

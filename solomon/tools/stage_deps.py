@@ -11,11 +11,13 @@ stage with its params list (DVC cannot depend on dvc.yaml itself), so changing a
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import FoldedScalarString
 
+from solomon.atomic import write_text
 from solomon.imports import closure, relative_names
 from solomon.pipeline import CHECK_STAGE, check_arguments, checked_stages
 from solomon.records import DVC_YAML, checked_params_path
@@ -73,8 +75,6 @@ def rendered(repo: Path) -> tuple[YAML, dict]:
 
 
 def _dumped(repo: Path) -> str:
-    import io
-
     yaml, document = rendered(repo)
     buffer = io.StringIO()
     yaml.dump(document, buffer)
@@ -87,8 +87,6 @@ def is_fresh(repo: Path) -> bool:
 
 def write(repo: Path) -> bool:
     """Rewrite dvc.yaml's code deps; True when it changed."""
-    from solomon.atomic import write_text
-
     text = _dumped(repo)
     if (repo / DVC_YAML).read_text(encoding="utf-8") == text:
         return False
