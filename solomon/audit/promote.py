@@ -26,7 +26,7 @@ from solomon.audit.verify import require_verified
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.params import PromoteParams, read_yaml, runs_root
-from solomon.records import MODEL_FILES, SERVING_FILES, WEIGHTS, RunFiles, read_json
+from solomon.records import MODEL_DIR, SERVING_FILES, WEIGHTS, RunFiles, read_json
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -116,14 +116,6 @@ def check_champion(value: float, champion: dict | None, policy: PromoteParams) -
         )
 
 
-def _model_dir(verified: dict[str, Path], into: Path) -> Path:
-    """The run's weights and config (from the workspace or the DVC cache, where verify found them) in ``into``."""
-    into.mkdir(parents=True, exist_ok=True)
-    for name in MODEL_FILES:
-        shutil.copyfile(verified[name], into / Path(name).name)
-    return into
-
-
 def serving_root(run_dir: Path, run_path: str, verified: dict[str, Path], into: Path) -> Path:
     """``into`` laid out as the serving image's root: the run directory at ``run_path`` and the files serving
     loads at their repository paths, copied from where verify found them (what the pyfunc model holds)."""
@@ -172,8 +164,9 @@ def promote(
     run_path = f"{runs_root(root)}/{run_id}"
     samples = read_yaml(result.files[RunFiles.HYPERPARAMETERS])["train"]["samples"]
     with store.redacted_errors(f"registering {run_id}", root), tempfile.TemporaryDirectory() as tmp:
-        mlflow_run = replay.sync_run(run_dir, root, model_dir=_model_dir(result.files, Path(tmp) / "model"))
         serving = serving_root(run_dir, run_path, result.files, Path(tmp) / "root")
+        # the serving root's models/ holds the verified weights and config: the model directory sync logs
+        mlflow_run = replay.sync_run(run_dir, root, model_dir=serving / MODEL_DIR)
         pyfunc.save(Path(tmp) / "pyfunc", serving, run_path, result.digest, predicate_weights(result), samples)
         source = registry.log_model(mlflow_run, Path(tmp) / "pyfunc", pyfunc.artifact_path(result.digest), root)
         version = registry.register_version(mlflow_run, policy.model_name, tags, root, source)
