@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image base-image podman image-check multinode serve browser helm plots-template bench chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check multinode serve browser helm plots-template bench chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -19,13 +19,16 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(BIN)/python -m pip check
 	touch $@
 
-# requirements-serve.lock (the serving image's) is resolved under requirements.lock's pins: the same versions.
+# requirements-serve.lock (the serving image's) and requirements-llama.lock (make gguf-check's) are resolved under
+# requirements.lock's pins: the same versions.
 lock: setup
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras \
 		--no-emit-index-url --no-emit-find-links -o requirements.lock requirements.in
 	grep -E '^[a-z0-9._-]+==' requirements.lock | sed 's/ \\$$//' > $(VENV)/lock-pins.txt
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
 		--no-emit-find-links -c $(VENV)/lock-pins.txt -o requirements-serve.lock requirements-serve.in
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
+		--no-emit-find-links -c $(VENV)/lock-pins.txt -o requirements-llama.lock requirements-llama.in
 
 # repair-lock: a kill during DVC's own write of dvc.lock leaves it empty; restore it so `dvc repro` can resume.
 run: setup plots-template
@@ -65,6 +68,12 @@ podman:
 # refused at its verify step (tests/test_image_podman.py; `make test` skips it: minutes of building, see there).
 image-check: setup podman
 	SOLOMON_IMAGE_CHECK=1 $(BIN)/python -m pytest -q tests/test_image_podman.py
+
+# The GGUF export of a tiny run loaded and run by llama.cpp itself (llama-cpp-python, built from requirements-llama.lock
+# by .ci/llama-cpp once per lock and CPU kind: minutes; cached in ~/.cache/solomon/llama-cpp): its tokenizer, logits
+# and greedy tokens against Solomon's (tests/test_gguf_llama.py; `make test` reads the GGUF back with `gguf` only).
+gguf-check: setup
+	SOLOMON_GGUF_CHECK=1 PYTHONPATH=$$(.ci/llama-cpp) $(BIN)/python -m pytest -q -s tests/test_gguf_llama.py
 
 # Multi-node training on two simulated hosts (network namespaces joined by a veth pair, 10.231.0.0/24 only between
 # them; root and `ip`): the two-node run's bytes, a lost worker restarted, a lost node, an unshared checkpoints

@@ -57,11 +57,14 @@ def outcome(cwd: Path) -> dict:
 
 def finish(agents: list[subprocess.Popen], logs: list[Path], timeout: float = RUN_TIMEOUT_S) -> list[int]:
     deadline = time.monotonic() + timeout
-    for agent, log in zip(agents, logs, strict=True):
+    for node, agent in enumerate(agents):
         try:
             agent.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"node still running after {timeout:g} s\n{log.read_text()[-3000:]}") from None
+            states = ", ".join(f"node {n}: {'running' if a.poll() is None else f'exit {a.returncode}'}"
+                               for n, a in enumerate(agents))  # fmt: skip
+            tails = "".join(f"\n--- node {n}'s log:\n{log.read_text()[-3000:]}" for n, log in enumerate(logs))
+            raise AssertionError(f"node {node} still running after {timeout:g} s ({states}){tails}") from None
     return [agent.returncode for agent in agents]
 
 

@@ -1,0 +1,80 @@
+"""The GGUF export run by llama.cpp itself (llama-cpp-python, issue 29): llama.cpp's tokenizer gives the run's
+token ids, its fp32 logits match Solomon's forward, and greedy decoding with its own KV cache gives Solomon's
+greedy tokens. `make gguf-check` builds llama-cpp-python (.ci/llama-cpp, minutes) and runs this; elsewhere it
+skips, naming that target (`make test` reads the GGUF back with `gguf` alone: tests/test_export.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import latest_run_dir
+
+from solomon.data.tokenizer import load_tokenizer
+from solomon.export.gguf_file import export_gguf
+from solomon.model import weights
+from solomon.model.sampling import generate
+
+PROMPTS = ("In the beginning", "And the LORD said unto Moses", "Blessed are")
+GREEDY_TOKENS = 32
+LOGIT_TOLERANCE = 1e-3  # fp32 both ways; llama.cpp's own GEMM kernels sum in another order than torch's
+
+pytestmark = pytest.mark.slow
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def llama_cpp():
+    try:
+        import llama_cpp
+    except ImportError:
+        if os.environ.get("SOLOMON_GGUF_CHECK") == "1":
+            raise  # `make gguf-check` put a build on PYTHONPATH: not finding it is a failure
+        pytest.skip("llama-cpp-python is not installed: `make gguf-check` builds it (minutes) and runs this")
+    return llama_cpp
+
+
+def llama_greedy(model, ids: list[int], count: int, eod: int) -> list[int]:
+    """Greedy tokens by llama.cpp: the prompt evaluated once, then one token at a time through its KV cache."""
+    model.reset()
+    model.eval(ids)
+    tokens: list[int] = []
+    while len(tokens) < count:
+        token = int(np.argmax(model.scores[model.n_tokens - 1]))
+        if token == eod:
+            break
+        tokens.append(token)
+        model.eval([token])
+    return tokens
+
+
+def test_llama_cpp_runs_the_gguf_export_with_solomons_tokens_logits_and_greedy_text(
+    llama_cpp, built_repo: Path, tmp_path: Path
+) -> None:
+    path = export_gguf(latest_run_dir(built_repo), built_repo, tmp_path / "gguf")
+    ours = weights.load(built_repo / "models")
+    tokenizer = load_tokenizer(built_repo / "data/tokenizer.json")
+    eod = tokenizer.token_to_id("<|endoftext|>")
+    block = ours.config.block_size
+    theirs = llama_cpp.Llama(
+        model_path=str(path), n_ctx=block, n_batch=block, n_threads=1, logits_all=True, verbose=False, seed=0
+    )
+    assert theirs.n_vocab() == ours.config.vocab_size and theirs.token_eos() == eod
+    worst = 0.0
+    for prompt in PROMPTS:
+        ids = tokenizer.encode(prompt).ids
+        assert theirs.tokenize(prompt.encode(), add_bos=False, special=False) == ids, prompt
+        theirs.reset()
+        theirs.eval(ids)
+        with torch.no_grad():
+            logits = ours(torch.tensor([ids]))[0].numpy()
+        worst = max(worst, float(np.abs(np.asarray(theirs.scores[: len(ids)]) - logits).max()))
+        count = min(GREEDY_TOKENS, block - len(ids))  # learned positions: llama.cpp stops at the context length
+        expected = generate(ours, ids, count, 1.0, 1, torch.Generator().manual_seed(0), stop_id=eod)
+        assert llama_greedy(theirs, ids, count, eod) == expected[:count], prompt
+        assert theirs.detokenize(expected).decode() == tokenizer.decode(expected), prompt
+    print(f"llama.cpp {llama_cpp.__version__} vs Solomon, max abs logit difference (fp32): {worst:.3g}")
+    assert worst < LOGIT_TOLERANCE
