@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check multinode serve browser helm plots-template bench chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check multinode serve browser helm plots-template bench soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -101,6 +101,14 @@ pull: setup
 # A benchmark, not a test: prints a table and writes reports/bench/<time>.json (the train part needs `make run`).
 bench: setup
 	$(BIN)/solomon bench
+
+# SOAK_CLIENTS closed-loop clients against `make bench`'s served model on loopback for SOAK_SECONDS (defaults:
+# `solomon soak --help`): errors by kind, throughput, p50/p95 latency, the server's RSS at start,
+# middle and end; exits non-zero on any error or on RSS growth above the bound (docs/serving.md). Not in `make test`.
+SOAK_SECONDS ?=
+SOAK_CLIENTS ?=
+soak: setup
+	$(BIN)/solomon soak $(if $(SOAK_SECONDS),--seconds $(SOAK_SECONDS)) $(if $(SOAK_CLIENTS),--clients $(SOAK_CLIENTS))
 
 # N trials of random SIGKILLs of `dvc repro` (tiny config, scratch copy), each compared byte for byte: prints k/N.
 N ?= 20

@@ -104,6 +104,7 @@ def test_building_the_parser_imports_neither_torch_nor_mlflow() -> None:
         (["serve", "--max-tokens", "many"], "argument --max-tokens: 'many' is not a whole number"),
         (["generate", "--prompt", "a", "--seed", str(2**63)], f"--seed: {2**63} is not between 0 and {2**63 - 1}"),
         (["generate", "--prompt", "a", "--temperature", "x"], "argument --temperature: 'x' is not a number"),
+        (["generate", "--prompt", "a", "--temperature", "1e-300"], "--temperature: 1e-300 is not at least 0.01"),
         (["chaos", "--trials", "0"], "argument --trials: 0 is not at least 1"),
     ],
 )

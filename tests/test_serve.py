@@ -77,6 +77,8 @@ def test_ready_after_verification_answers_with_the_manifest_digest_and_repeats_a
             "above the cap": ({"prompt": "x", "max_tokens": 100000}, 400, "max_tokens"),
             "prompt too long": ({"prompt": "In the beginning " * 200}, 400, "prompt"),
             "nucleus of 0": ({"prompt": "x", "top_p": 0}, 400, "top_p"),
+            "a lone surrogate": (b'{"prompt": "In \\ud800 the beginning"}', 400, "prompt"),  # was 500
+            "tiny temperature": ({"prompt": "x", "temperature": 1e-300}, 400, "temperature"),  # was 500: NaN
             "n above the cap": ({"prompt": "x", "n": 5}, 400, "n"),
             "n above the room": ({"prompt": "x", "n": 3}, 400, "n"),  # one slot, one waiting
             "logprobs above 5": ({"prompt": "x", "logprobs": 6}, 400, "logprobs"),
@@ -93,6 +95,12 @@ def test_ready_after_verification_answers_with_the_manifest_digest_and_repeats_a
         status, answer, _ = request(port, "POST", "/v1/completions", GOOD | {"stop": ["e", "a"], "max_tokens": 30})
         assert status == 200 and answer["choices"][0]["finish_reason"] == "stop", answer
         assert "e" not in answer["choices"][0]["text"] and "a" not in answer["choices"][0]["text"]
+
+        # A top_p that float32 rounds to 0 keeps the likeliest token alone (it cut every token: 500): greedy text.
+        nucleus = request(port, "POST", "/v1/completions", GOOD | {"top_p": 5e-324})
+        assert nucleus[0] == 200, nucleus
+        greedy = request(port, "POST", "/v1/completions", GOOD | {"temperature": 0})[1]
+        assert nucleus[1]["choices"][0]["text"] == greedy["choices"][0]["text"]
 
         # One generating, one queued (--queue 1): the rest are refused with 429 and Retry-After.
         answers = []

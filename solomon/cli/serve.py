@@ -9,7 +9,6 @@ from dataclasses import fields
 from pathlib import Path
 
 from solomon.cli.arguments import (
-    POSITIVE_FLOAT,
     POSITIVE_INT,
     add_dvc_lock,
     add_root,
@@ -19,7 +18,7 @@ from solomon.cli.arguments import (
 )
 from solomon.errors import SolomonError
 from solomon.records import PARAMS_FILE
-from solomon.serving.limits import EXPECT_DIGEST_ENV, HOLD_ENV, IMAGE_DIGEST_ENV, MAX_SEED, Limits
+from solomon.serving.limits import EXPECT_DIGEST_ENV, HOLD_ENV, IMAGE_DIGEST_ENV, MAX_SEED, MIN_TEMPERATURE, Limits
 
 SEED_LINE = "seed: "  # `solomon generate` writes "seed: <n>" to stderr: --seed <n> gives the same text again
 
@@ -47,8 +46,8 @@ def _register_generate(commands: argparse._SubParsersAction) -> None:
     )
     sample.add_argument(
         "--temperature",
-        type=POSITIVE_FLOAT,
-        help="above 0; lower is more predictable (default: the run's train.samples)",
+        type=number(float, at_least=MIN_TEMPERATURE),
+        help=f"at least {MIN_TEMPERATURE:g}; lower is more predictable (default: the run's train.samples)",
     )
     sample.add_argument(
         "--top-k", type=POSITIVE_INT, help="sample among the k likeliest tokens (default: the run's train.samples)"

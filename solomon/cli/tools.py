@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from solomon.cli.arguments import POSITIVE_INT, add_root
+from solomon.cli.arguments import POSITIVE_FLOAT, POSITIVE_INT, add_root
 from solomon.errors import SolomonError
 from solomon.records import PARAMS_FILE
 
@@ -25,6 +25,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--serving-clients", type=int, default=4, help="concurrent clients of the serving load figure (0: skip it)"
     )
     bench.set_defaults(func=_bench)
+    _register_soak(commands)
     docs = commands.add_parser("docs", help="the experiments behind docs/*.md").add_subparsers(
         dest="docs_command", required=True
     )
@@ -50,6 +51,47 @@ def _register_review(commands: argparse._SubParsersAction) -> None:
     )
     review.add_argument("--token-env", default="SOLOMON_REVIEW_TOKEN", help="variable holding the API token")
     review.set_defaults(func=_review)
+
+
+def _register_soak(commands: argparse._SubParsersAction) -> None:
+    from solomon.tools import soak
+
+    command = commands.add_parser(
+        "soak", help="closed-loop clients against a served model for a while: errors, latency, the server's memory"
+    )
+    command.add_argument(
+        "--seconds", type=POSITIVE_FLOAT, default=soak.SECONDS, help=f"how long, in seconds (default: {soak.SECONDS:g})"
+    )
+    command.add_argument(
+        "--clients",
+        type=POSITIVE_INT,
+        default=soak.CLIENTS,
+        help=f"clients, each sending its next request once the last is answered (default: {soak.CLIENTS})",
+    )
+    command.add_argument(
+        "--max-tokens",
+        type=POSITIVE_INT,
+        default=soak.MAX_TOKENS,
+        help=f"max_tokens of each request (default: {soak.MAX_TOKENS})",
+    )
+    command.add_argument(
+        "--max-growth-mib",
+        type=POSITIVE_FLOAT,
+        default=soak.MAX_GROWTH_MIB,
+        help=f"fail when the server's RSS grows more than this from start to end (default: {soak.MAX_GROWTH_MIB:g})",
+    )
+    command.set_defaults(func=_soak)
+
+
+def _soak(args: argparse.Namespace) -> None:
+    from solomon.tools.soak import problems, soak, summary
+
+    result = soak(args.seconds, args.clients, args.max_tokens, report=lambda line: print(line, flush=True))
+    print(summary(result))
+    found = problems(result, args.max_growth_mib)
+    if found:
+        raise SolomonError("soak failed: " + "; ".join(found))
+    print("soak: passed")
 
 
 def _review(args: argparse.Namespace) -> None:

@@ -5,7 +5,8 @@ at once and ``/readyz`` says 503 until verification and loading are done (a fail
 ``solomon.serving.server``). Generation runs on the engine's thread (``solomon.serving.engine``: ``slots``
 sequences at once); sequences wait in a bounded queue for a slot and are refused with 429 and ``Retry-After``
 beyond it, and a request still unfinished at its deadline gets 503. Every refusal is a JSON error shaped like
-OpenAI's, naming the field. ``/openapi.json`` describes the completions request as ``CompletionRequest`` checks it.
+OpenAI's, naming the field. ``/openapi.json`` describes the completions request as ``CompletionRequest`` checks it,
+with this server's bounds; ``/metrics`` is Prometheus's text format (``solomon.serving.metrics``).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from solomon.errors import first_line
-from solomon.serving.completions import CompletionRequest, RequestError, parse, prepare
+from solomon.serving.completions import RequestError, parse, prepare, read_body, request_schema
 from solomon.serving.engine import Engine
 from solomon.serving.limits import Limits
 from solomon.serving.loader import Served
+from solomon.serving.metrics import CONTENT_TYPE, CountRequests, Metrics
 from solomon.serving.running import Running
 
 
@@ -56,30 +58,6 @@ def refusal(reason: str, limits: Limits) -> tuple[int, str, str | None, dict | N
     return 500, f"internal error: {reason.removeprefix('error: ')}", None, None
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-async def read_json(request: Request, limit: int) -> object:
-    """The body as JSON: at most ``limit`` bytes, UTF-8, valid JSON; RequestError otherwise."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise RequestError(None, f"request body of {declared} bytes is above this server's {limit}", 413)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise RequestError(None, f"request body is above this server's {limit} bytes", 413)
-    try:
-        text = bytes(body).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RequestError(None, f"request body is not UTF-8 (byte {exc.start})") from None
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        raise RequestError(None, f"request body is not valid JSON: {first_line(exc)}") from None
-
-
 def create_app(
     load: Callable[[], Served],
     limits: Limits,
@@ -89,6 +67,11 @@ def create_app(
     """The app; ``load`` (verify, then load) runs on a thread at start-up, ``on_failure`` gets its one-line
     refusal; ``image_digest`` is the serving image's, when the deployment passes it."""
     state = State(image_digest=image_digest)
+    metrics = Metrics(
+        limits.slots,
+        waiting=lambda: 0 if state.engine is None else len(state.engine.waiting),
+        busy=lambda: 0 if state.engine is None else state.engine.slots_busy(),
+    )
     engine_thread: list[threading.Thread] = []
 
     def load_in_background() -> None:
@@ -152,7 +135,12 @@ def create_app(
         entry = {"id": state.served.run_id, "object": "model", "owned_by": "solomon"}
         return {"object": "list", "data": [entry]}
 
-    schema = {"required": True, "content": {"application/json": {"schema": CompletionRequest.model_json_schema()}}}
+    # In the schema as plain text: a scraper (or a fuzzer) reads it like any other GET.
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def metrics_text():
+        return Response(metrics.text(), media_type=CONTENT_TYPE)
+
+    schema = {"required": True, "content": {"application/json": {"schema": request_schema(limits)}}}
 
     @app.post("/v1/completions", openapi_extra={"requestBody": schema})
     async def completions(request: Request):
@@ -161,7 +149,7 @@ def create_app(
             return not_ready()
         arrived = time.monotonic()
         try:
-            job = prepare(served, parse(await read_json(request, limits.max_body_bytes)), limits)
+            job = prepare(served, parse(await read_body(request, limits.max_body_bytes)), limits)
         except RequestError as exc:
             return error(exc.status, exc.message, exc.param)
         if state.pending + job.n > limits.slots + limits.queue:
@@ -171,12 +159,13 @@ def create_app(
                 429, f"busy: {ahead} sequences waiting for a slot; retry later", headers={"Retry-After": retry}
             )
         state.pending += job.n
+        metrics.prompt_tokens.inc(len(job.prompt_ids))
 
         def finished() -> None:
             state.pending -= 1
             state.mean_s = 0.8 * state.mean_s + 0.2 * (time.monotonic() - arrived)
 
-        running = Running(state.engine, served, job, arrived + limits.timeout_s, finished)
+        running = Running(state.engine, served, job, arrived, limits.timeout_s, finished, metrics.generated)
         if job.stream:
             failure = lambda reason: json.loads(error(*refusal(reason, limits)).body)  # noqa: E731
             return StreamingResponse(running.stream(failure), media_type="text/event-stream")
@@ -188,4 +177,5 @@ def create_app(
             return error(*refusal(outcome, limits))
         return running.body()
 
+    app.add_middleware(CountRequests, metrics=metrics, paths=frozenset(route.path for route in app.routes))
     return app

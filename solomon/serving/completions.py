@@ -11,13 +11,19 @@ Supported: ``prompt`` (one string), ``max_tokens``, ``temperature`` (0 means gre
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from solomon.serving.limits import MAX_SEED, Limits
+from solomon.errors import first_line
+from solomon.serving.limits import MAX_SEED, MIN_TEMPERATURE, Limits
 from solomon.serving.loader import Served
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
 
 MAX_STOPS = 4
 MAX_N = 4  # choices per request: each takes a slot
@@ -53,6 +59,13 @@ class CompletionRequest(BaseModel):
     echo: bool = False
     user: str | None = None
 
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, value: float | None) -> float | None:
+        if value is not None and 0 < value < MIN_TEMPERATURE:
+            raise ValueError(f"{value:g} is above 0 but below {MIN_TEMPERATURE:g}; 0 means greedy")
+        return value
+
     @field_validator("stop")
     @classmethod
     def _stops(cls, value: str | list[str] | None) -> str | list[str] | None:
@@ -60,6 +73,41 @@ class CompletionRequest(BaseModel):
         if len(stops) > MAX_STOPS or not all(stops):
             raise ValueError(f"at most {MAX_STOPS} stop strings, none empty")
         return value
+
+
+def request_schema(limits: Limits) -> dict:
+    """The request's JSON schema with this server's own bounds on ``max_tokens`` and ``n`` (``prepare`` refuses
+    above them), so a client, or a fuzzer, reading /openapi.json knows what this server runs."""
+    schema = CompletionRequest.model_json_schema()
+    fields = schema["properties"]
+    integer = next(kind for kind in fields["max_tokens"]["anyOf"] if kind.get("type") == "integer")
+    integer["maximum"] = limits.max_tokens
+    fields["n"]["maximum"] = min(MAX_N, limits.slots + limits.queue)
+    return schema
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+async def read_body(request: Request, limit: int) -> object:
+    """The body as JSON: at most ``limit`` bytes, UTF-8, valid JSON; RequestError otherwise."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(None, f"request body of {declared} bytes is above this server's {limit}", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(None, f"request body is above this server's {limit} bytes", 413)
+    try:
+        text = bytes(body).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RequestError(None, f"request body is not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        raise RequestError(None, f"request body is not valid JSON: {first_line(exc)}") from None
 
 
 def parse(body: object) -> CompletionRequest:
@@ -100,6 +148,10 @@ class Job:
 
 
 def prepare(served: Served, request: CompletionRequest, limits: Limits) -> Job:
+    try:  # JSON may carry a lone surrogate ("\ud800"): no text, no tokens
+        request.prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError("prompt", f"prompt: not Unicode text (a lone surrogate at character {exc.start})") from None
     prompt_ids = served.tokenizer.encode(request.prompt).ids
     if not prompt_ids:
         raise RequestError("prompt", "prompt: empty; give some text to continue")
@@ -118,7 +170,9 @@ def prepare(served: Served, request: CompletionRequest, limits: Limits) -> Job:
         temperature, top_k = 1.0, 1
     stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     seed = secrets.randbelow(MAX_SEED + 1) if request.seed is None else request.seed
-    top_p = 1.0 if request.top_p is None else request.top_p
+    # The sampler's float32 rounds a top_p below 2**-126 to 0, which would cut every token: the smallest normal float32
+    # keeps what such a top_p means, the likeliest token alone.
+    top_p = 1.0 if request.top_p is None else max(request.top_p, 2.0**-126)
     return Job(
         request.prompt, prompt_ids, max_tokens, temperature, top_k, top_p, seed, stops, request.n,
         request.logprobs, request.echo, request.stream,

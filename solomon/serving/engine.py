@@ -69,6 +69,9 @@ class Engine:
     def busy(self) -> bool:
         return bool(self.waiting) or any(self.active)
 
+    def slots_busy(self) -> int:
+        return sum(sequence is not None for sequence in self.active)
+
     def run(self) -> None:
         """The engine's thread: step while there is work, wait while there is none, return once closed and idle."""
         while True:

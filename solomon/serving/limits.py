@@ -1,5 +1,5 @@
-"""What a server accepts: its limits, each with what `solomon serve --help` says of it, the largest seed, and the
-names of the variables a deployment sets.
+"""What a server accepts: its limits, each with what `solomon serve --help` says of it, the largest seed, the lowest
+temperature, and the names of the variables a deployment sets.
 
 Plain data (no torch), so the ``solomon`` command builds `serve`'s options from these fields, and their defaults
 are spelled only here.
@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_SEED = 2**63 - 1  # a request's seed, and `solomon generate --seed`
+# The lowest temperature above 0 a request (0 is greedy there) or `solomon generate --temperature` may ask: below
+# it, a logit divided by the temperature can overflow float32 and the draw's probabilities become NaN.
+MIN_TEMPERATURE = 0.01
 # The deployment's variables, read by the entry point (`solomon serve`), never by the serving library:
 IMAGE_DIGEST_ENV = "SOLOMON_IMAGE_DIGEST"  # the serving image's digest: an image cannot know its own
 EXPECT_DIGEST_ENV = "SOLOMON_EXPECT_DIGEST"  # the manifest digest the server must find

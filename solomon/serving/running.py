@@ -18,8 +18,19 @@ from solomon.serving.loader import Served
 
 
 class Running:
-    def __init__(self, engine: Engine, served: Served, job: Job, deadline: float, on_finish: Callable[[], None]):
-        """Submit ``job``'s choices to ``engine``; ``on_finish`` runs on the event loop as each one finishes."""
+    def __init__(
+        self,
+        engine: Engine,
+        served: Served,
+        job: Job,
+        arrived: float,
+        timeout_s: float,
+        on_finish: Callable[[], None],
+        on_token: Callable[[float, bool], None],
+    ):
+        """Submit ``job``'s choices to ``engine`` (each due ``timeout_s`` after ``arrived``, time.monotonic());
+        ``on_finish`` runs on the event loop as each one finishes, ``on_token`` on the engine's thread as each
+        token is drawn, with the seconds since the choice's previous token (since ``arrived``: the first)."""
         self.served, self.job = served, job
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         self.choices = [Choice(served, job, index) for index in range(job.n)]
@@ -30,14 +41,19 @@ class Running:
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
                 loop.call_soon_threadsafe(self._hear, event, finished, on_finish)
 
-        self.sequences = [self._sequence(choice, deadline, send) for choice in self.choices]
+        due = arrived + timeout_s
+        self.sequences = [self._sequence(choice, arrived, due, send, on_token) for choice in self.choices]
         for sequence in self.sequences:
             engine.submit(sequence)
 
-    def _sequence(self, choice: Choice, deadline: float, send: Callable) -> Sequence:
+    def _sequence(self, choice: Choice, arrived: float, deadline: float, send: Callable, on_token: Callable):
         job, stream = self.job, self.job.stream
+        last = [arrived]
 
         def token(token: int, logits) -> bool:
+            now = time.monotonic()
+            on_token(now - last[0], not choice.ids)
+            last[0] = now
             going = choice.add(token, logits)
             if stream:
                 send((choice.index, *choice.take(final=False), None))

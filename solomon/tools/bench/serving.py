@@ -1,12 +1,18 @@
 """Serving: concurrent clients against ``solomon serve``'s stack on loopback, a model of the default size with
-random weights (``make bench`` part 4)."""
+random weights (``make bench`` part 4; ``make soak`` serves the same: ``solomon.tools.soak``)."""
 
+import contextlib
+import http.client
 import json
 import math
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -67,13 +73,21 @@ def _bench_tokenizer(work: Path) -> Path:
     return path
 
 
-def serving_load(clients: int = 4, requests_per_client: int = 4, max_tokens: int = 32, threads: int = 1) -> dict:
-    """Requests/s, latency percentiles and generated tokens/s of ``clients`` concurrent clients, each sending
-    ``requests_per_client`` completions one after another, against a server process on 127.0.0.1."""
-    import http.client
-    import socket
-    import threading
+def ask(port: int, path: str, body: dict | None = None, timeout: float = 600) -> tuple[int, dict]:
+    """(status, JSON body) of a GET (no ``body``) or a POST to the server on 127.0.0.1:``port``."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("POST" if body else "GET", path, json.dumps(body) if body else None)
+        answer = connection.getresponse()
+        return answer.status, json.loads(answer.read())
+    finally:
+        connection.close()
 
+
+@contextmanager
+def random_model_server(threads: int) -> Iterator[subprocess.Popen]:
+    """A ``serve_random_model`` process on a free loopback port (``process.port``), ready (/readyz 200) within
+    120 s; stopped (SIGTERM, drained) on the way out."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -88,54 +102,56 @@ def serving_load(clients: int = 4, requests_per_client: int = 4, max_tokens: int
             stderr=subprocess.PIPE,
             text=True,
         )
-
-        def ask(path: str, body: dict | None = None) -> tuple[int, dict]:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-            connection.request("POST" if body else "GET", path, json.dumps(body) if body else None)
-            answer = connection.getresponse()
-            status, payload = answer.status, json.loads(answer.read())
-            connection.close()
-            return status, payload
-
+        server.port = port
         try:
             deadline = time.monotonic() + 120
             while True:
                 if server.poll() is not None:
                     raise SolomonError(f"the bench server exited: {last_line(server.stderr.read())}")
-                try:
-                    if ask("/readyz")[0] == 200:
+                with contextlib.suppress(OSError):  # not listening yet
+                    if ask(port, "/readyz")[0] == 200:
                         break
-                except OSError:
-                    pass
                 if time.monotonic() > deadline:
                     raise SolomonError("the bench server was not ready within 120 s")
                 time.sleep(0.1)
-            latencies, tokens, errors = [], [], []
-
-            def client(index: int) -> None:
-                for n in range(requests_per_client):
-                    body = {"prompt": "In the beginning", "max_tokens": max_tokens, "seed": index * 1000 + n}
-                    started = time.perf_counter()
-                    try:
-                        status, payload = ask("/v1/completions", body)
-                    except OSError as exc:
-                        status, payload = 0, {"error": str(exc)}
-                    latencies.append(time.perf_counter() - started)
-                    if status == 200:
-                        tokens.append(payload["usage"]["completion_tokens"])
-                    else:
-                        errors.append(status)
-
-            workers = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-            started = time.perf_counter()
-            for worker in workers:
-                worker.start()
-            for worker in workers:
-                worker.join()
-            wall = time.perf_counter() - started
+            yield server
         finally:
             server.terminate()
             server.wait(timeout=60)
+
+
+def percentile(ordered: list[float], share: float) -> float:
+    """The nearest-rank percentile of sorted values (``share`` 0.95: p95)."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
+
+
+def serving_load(clients: int = 4, requests_per_client: int = 4, max_tokens: int = 32, threads: int = 1) -> dict:
+    """Requests/s, latency percentiles and generated tokens/s of ``clients`` concurrent clients, each sending
+    ``requests_per_client`` completions one after another, against a server process on 127.0.0.1."""
+    with random_model_server(threads) as server:
+        latencies, tokens, errors = [], [], []
+
+        def client(index: int) -> None:
+            for n in range(requests_per_client):
+                body = {"prompt": "In the beginning", "max_tokens": max_tokens, "seed": index * 1000 + n}
+                started = time.perf_counter()
+                try:
+                    status, payload = ask(server.port, "/v1/completions", body)
+                except OSError as exc:
+                    status, payload = 0, {"error": str(exc)}
+                latencies.append(time.perf_counter() - started)
+                if status == 200:
+                    tokens.append(payload["usage"]["completion_tokens"])
+                else:
+                    errors.append(status)
+
+        workers = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        started = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        wall = time.perf_counter() - started
     ordered = sorted(latencies)
     return {
         "model": "default size, random weights",
@@ -146,7 +162,7 @@ def serving_load(clients: int = 4, requests_per_client: int = 4, max_tokens: int
         "wall_s": round(wall, 2),
         "requests_per_s": round(len(latencies) / wall, 2),
         "p50_latency_s": round(ordered[len(ordered) // 2], 3),
-        "p95_latency_s": round(ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)], 3),
+        "p95_latency_s": round(percentile(ordered, 0.95), 3),
         "generated_tokens_per_s": round(sum(tokens) / wall, 1),
         "errors": len(errors),
     }
