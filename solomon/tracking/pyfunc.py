@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import mlflow.pyfunc
@@ -77,21 +78,23 @@ def save(path: Path, root: Path, run_path: str, manifest_sha256: str, weights_sh
     model = Model()
     weights = f"data/{root.name}/{WEIGHTS}"
     model.add_flavor(FLAVOR, weights=weights, weights_sha256=weights_sha256, loader=LOADER_MODULE)
-    mlflow.pyfunc.save_model(
-        str(path),
-        loader_module=LOADER_MODULE,
-        data_path=str(root),
-        mlflow_model=model,
-        signature=signature(samples),
-        pip_requirements=[
-            f"torch=={torch.__version__}",
-            f"tokenizers=={tokenizers.__version__}",
-            f"safetensors=={safetensors.__version__}",
-            f"mlflow=={mlflow.__version__}",
-        ],
-        metadata={"solomon.run_dir": run_path, "manifest.sha256": manifest_sha256},
-        model_config={"run_dir": run_path, "manifest_sha256": manifest_sha256},
-    )
+    with warnings.catch_warnings():  # MLflow asks for an input example to infer a signature from: it is given
+        warnings.filterwarnings("ignore", message=".*An input example was not provided")
+        mlflow.pyfunc.save_model(
+            str(path),
+            loader_module=LOADER_MODULE,
+            data_path=str(root),
+            mlflow_model=model,
+            signature=signature(samples),
+            pip_requirements=[
+                f"torch=={torch.__version__}",
+                f"tokenizers=={tokenizers.__version__}",
+                f"safetensors=={safetensors.__version__}",
+                f"mlflow=={mlflow.__version__}",
+            ],
+            metadata={"solomon.run_dir": run_path, "manifest.sha256": manifest_sha256},
+            model_config={"run_dir": run_path, "manifest_sha256": manifest_sha256},
+        )
 
 
 def build(
