@@ -193,3 +193,11 @@ def tiny_run(built_repo: Path, tmp_path: Path):
         return params, paths
 
     return make
+
+
+@pytest.fixture(scope="session")
+def mlflow_export(built_repo: Path, tmp_path_factory) -> Path:
+    """`solomon export --format mlflow` of the built pipeline's run, written once; copy it before changing it."""
+    from solomon.export.mlflow_model import export_mlflow
+
+    return export_mlflow(latest_run_dir(built_repo), built_repo, tmp_path_factory.mktemp("mlflow") / "export")

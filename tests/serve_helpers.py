@@ -14,6 +14,20 @@ from conftest import wait_until
 from solomon.tools.scratch import pipeline_env
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
+PROMPT = "In the beginning"
+SETTINGS = {"max_tokens": 12, "temperature": 0.9, "top_k": 20, "seed": 7}  # a pyfunc model's params
+
+
+def generated(repo: Path) -> str:
+    """`solomon generate` with SETTINGS: the text an MLflow model of the run must give."""
+    done = subprocess.run(
+        [SOLOMON, "generate", "--prompt", PROMPT, "--seed", str(SETTINGS["seed"]),
+         "--max-new-tokens", str(SETTINGS["max_tokens"]), "--temperature", str(SETTINGS["temperature"]),
+         "--top-k", str(SETTINGS["top_k"])],
+        cwd=repo, env=pipeline_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.removesuffix("\n")
 
 
 def free_port() -> int:

@@ -25,6 +25,7 @@ from solomon.export.check import verify_export
 from solomon.export.gguf_file import GGUF_FILE, export_gguf
 from solomon.export.hf import export_hf
 from solomon.export.layout import exported, mismatch, slots
+from solomon.export.mlflow_model import export_mlflow
 from solomon.model import weights
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.model.sampling import generate
@@ -228,13 +229,15 @@ def test_refusals_write_nothing_and_a_foreign_provenance_fails(repo_copy: Path, 
     message = refusal(export_hf, first, repo_copy, out)
     assert "does not verify: models/model.safetensors: SHA256 mismatch" in message
     assert "does not verify" in refusal(export_gguf, first, repo_copy, out)
+    assert "does not verify" in refusal(export_mlflow, first, repo_copy, out)
     assert not out.parent.exists() or not list(out.parent.iterdir())  # not even a staging directory is left
     weights_file.write_bytes(backup)
 
     occupied = tmp_path / "occupied"
     occupied.mkdir()
     (occupied / "notes.txt").write_text("mine")
-    assert "exists and is not a Solomon export" in refusal(export_hf, first, repo_copy, occupied)
+    for export in (export_hf, export_gguf, export_mlflow):
+        assert "exists and is not a Solomon export" in refusal(export, first, repo_copy, occupied)
     assert (occupied / "notes.txt").read_text() == "mine" and len(list(occupied.iterdir())) == 1
     export_hf(first, repo_copy, out)
 
@@ -266,7 +269,7 @@ def test_the_commands_export_verify_and_refuse_a_tampered_export_in_one_line(rep
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([solomon, *args], cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
 
-    for fmt in ("hf", "gguf"):
+    for fmt in ("hf", "gguf", "mlflow"):
         out = tmp_path / fmt
         done = cli("export", "--format", fmt, "--out", str(out))
         assert done.returncode == 0, done.stderr

@@ -1,6 +1,8 @@
 """`solomon lineage --url` against a real server on 127.0.0.1 serving the champion of the tiny pipeline's
 registry: every link holds; once the alias moves to another version while the old server still runs, it fails,
-naming the registry link. A server of a run the workspace has moved on from still loads it, from the DVC cache."""
+naming the registry link. A server of a run the workspace has moved on from still loads it, from the DVC cache.
+`solomon lineage --export` from an export of each format: the same chain after the export link; a tampered export
+breaks it there."""
 
 from __future__ import annotations
 
@@ -9,13 +11,23 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import dvc, latest_run_dir
+from conftest import dvc, flip_last_byte, latest_run_dir
 from serve_helpers import SOLOMON, request, start, stop, wait
 
+from solomon.export.gguf_file import export_gguf
+from solomon.export.hf import export_hf
+from solomon.export.lineage import export_lineage
 from solomon.tools.scratch import pipeline_env, write_params
 
 # The tiny model is far above the default promote.max; any later run is allowed to become the champion.
 POLICY = {"promote": {"max": {"test.bits_per_byte": 8.0}, "tolerance": 0.99}}
+# the tail a server's chain and an export's share
+RUN_LINKS = ["manifest", "run id", "weights", "tokenizer", "corpus", "params", "git commit", "requirements"]
+
+
+def links(stdout: str) -> list[str]:
+    """The link names of `solomon lineage`'s chain (each line: the name in 13 columns, then what holds)."""
+    return [line[:13].strip() for line in stdout.splitlines()[:-1]]
 
 
 def solomon(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -37,9 +49,7 @@ def test_lineage_holds_then_names_the_registry_link_once_the_alias_moves(repo_co
         done = solomon(repo_copy, "lineage", "--url", f"http://127.0.0.1:{port}")
         assert done.returncode == 0, done.stdout + done.stderr
         lines = done.stdout.splitlines()
-        links = [line.split()[0] for line in lines[:-1]]
-        chain = "traffic image registry manifest run weights tokenizer corpus params git requirements"
-        assert links == chain.split(), done.stdout
+        assert links(done.stdout) == ["traffic", "image", "registry", *RUN_LINKS], done.stdout
         assert f"tag manifest.sha256 {digest}" in done.stdout and first.name in done.stdout
         assert lines[-1] == "lineage holds: every link verified"
 
@@ -65,3 +75,26 @@ def test_lineage_holds_then_names_the_registry_link_once_the_alias_moves(repo_co
         assert provenance["files"]["models/model.safetensors"]["verified_in"] == "DVC cache"
     finally:
         stop(process)
+
+
+def test_lineage_from_an_export_holds_for_each_format_and_breaks_at_a_tampered_one(
+    built_repo: Path, mlflow_export: Path, tmp_path: Path
+) -> None:
+    run_dir = latest_run_dir(built_repo)
+    hf = export_hf(run_dir, built_repo, tmp_path / "hf")
+    for export in (hf, mlflow_export):
+        done = solomon(built_repo, "lineage", "--export", str(export))
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = done.stdout.splitlines()
+        assert links(done.stdout) == ["export", *RUN_LINKS], done.stdout
+        assert lines[0][13:].startswith(f"{export}: ") and "verified" in lines[0]
+        assert run_dir.name in done.stdout and lines[-1] == "lineage holds: every link verified"
+    gguf = export_gguf(run_dir, built_repo, tmp_path / "gguf").parent
+    assert [link for link, _ in export_lineage(gguf, built_repo)] == ["export", *RUN_LINKS]
+
+    flip_last_byte(hf / "model.safetensors")
+    done = solomon(built_repo, "lineage", "--export", str(hf))
+    assert done.returncode == 1 and len(done.stdout.splitlines()) == 1, done.stdout + done.stderr
+    assert done.stdout.startswith(f"lineage broken at export: {hf / 'model.safetensors'}: SHA256 mismatch")
+    both = solomon(built_repo, "lineage", "--url", "http://127.0.0.1:9", "--export", str(mlflow_export))
+    assert both.returncode == 2 and "not allowed with argument --url" in both.stderr, both.stderr

@@ -1,6 +1,7 @@
 """The registered model as MLflow serves it (issue 29): `solomon promote` registers a python_function model whose
-loading verifies every file against the run's manifest; `mlflow.pyfunc.load_model(...).predict(...)` and a real
-`mlflow models serve` subprocess on loopback answer with the text `solomon generate --seed N` prints."""
+loading verifies every file against the run's manifest, and which is what `solomon export --format mlflow` writes;
+`mlflow.pyfunc.load_model(...).predict(...)` and a real `mlflow models serve` subprocess on loopback answer with the
+text `solomon generate --seed N` prints."""
 
 from __future__ import annotations
 
@@ -11,27 +12,24 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import latest_run_dir, wait_until
-from serve_helpers import free_port
+import yaml
+from conftest import latest_run_dir, tree_digest, wait_until
+from serve_helpers import PROMPT, SETTINGS, free_port, generated
 
 from solomon.errors import SolomonError
+from solomon.export.mlflow_model import export_mlflow
 from solomon.tools.scratch import pipeline_env, write_params
 
 BIN = Path(sys.executable).parent
-PROMPT = "In the beginning"
-SETTINGS = {"max_tokens": 12, "temperature": 0.9, "top_k": 20, "seed": 7}
 
 
-def generated(repo: Path) -> str:
-    """`solomon generate` with SETTINGS: the text the registered model must give."""
-    done = subprocess.run(
-        [str(BIN / "solomon"), "generate", "--prompt", PROMPT, "--seed", str(SETTINGS["seed"]),
-         "--max-new-tokens", str(SETTINGS["max_tokens"]), "--temperature", str(SETTINGS["temperature"]),
-         "--top-k", str(SETTINGS["top_k"])],
-        cwd=repo, env=pipeline_env(), capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return done.stdout.removesuffix("\n")
+def model_files(model: Path) -> dict:
+    """An MLflow model directory's SHA256 by file, its MLmodel parsed (creation time and uuid aside); without the
+    export's provenance.json and the registered_model_meta MLflow writes when it downloads a models:/ URI."""
+    aside = ("MLmodel", "provenance.json", "registered_model_meta")
+    files = {name: sha for name, sha in tree_digest(model).items() if name not in aside}
+    mlmodel = yaml.safe_load((model / "MLmodel").read_text())
+    return files | {"MLmodel": {k: v for k, v in mlmodel.items() if k not in ("utc_time_created", "model_uuid")}}
 
 
 @pytest.fixture
@@ -57,8 +55,12 @@ def test_load_model_predicts_the_text_solomon_generate_prints_and_refuses_a_tamp
     assert model.metadata.signature.inputs.input_names() == ["prompt"]
     assert [p.name for p in model.metadata.signature.params] == ["max_tokens", "temperature", "top_k", "seed"]
     assert model.predict(pd.DataFrame({"prompt": [PROMPT]}), params=SETTINGS) == [generated(promoted)]
-    # A copy of the registered model with one changed byte of its weights does not load.
     local = Path(download_artifacts("models:/solomon@champion", dst_path=str(tmp_path / "copy")))
+    # What promote registered is what `solomon export --format mlflow` writes (one builder): file for file, byte
+    # for byte, MLmodel field for field but its creation time and uuid; the export adds provenance.json.
+    exported = export_mlflow(latest_run_dir(promoted), promoted, tmp_path / "export")
+    assert model_files(local) == model_files(exported) and (exported / "provenance.json").is_file()
+    # A copy of the registered model with one changed byte of its weights does not load.
     weights = next(local.glob("data/*/models/model.safetensors"))
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1

@@ -14,7 +14,6 @@ report artifacts. None of it moves the MLflow run's start or end time.
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,8 +24,8 @@ from solomon.atomic import write_json
 from solomon.audit.verify import require_verified
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
-from solomon.params import PromoteParams, read_yaml, runs_root
-from solomon.records import MODEL_DIR, SERVING_FILES, WEIGHTS, RunFiles, read_json
+from solomon.params import PromoteParams
+from solomon.records import MODEL_DIR, WEIGHTS, RunFiles, read_json
 
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -116,16 +115,6 @@ def check_champion(value: float, champion: dict | None, policy: PromoteParams) -
         )
 
 
-def serving_root(run_dir: Path, run_path: str, verified: dict[str, Path], into: Path) -> Path:
-    """``into`` laid out as the serving image's root: the run directory at ``run_path`` and the files serving
-    loads at their repository paths, copied from where verify found them (what the pyfunc model holds)."""
-    shutil.copytree(run_dir, into / run_path, ignore=shutil.ignore_patterns(RunFiles.PROMOTION, "*.sig"))
-    for name in SERVING_FILES:
-        (into / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(verified[name], into / name)
-    return into
-
-
 def predicate_weights(result) -> str:
     """The weights' SHA256 as the manifest records it."""
     return next(s["digest"]["sha256"] for s in result.statement["subject"] if s["name"] == WEIGHTS)
@@ -161,14 +150,14 @@ def promote(
         "git.commit": str(predicate["git"]["commit"]),
         f"metric.{policy.compare}": repr(value),
     }
-    run_path = f"{runs_root(root)}/{run_id}"
-    samples = read_yaml(result.files[RunFiles.HYPERPARAMETERS])["train"]["samples"]
     with store.redacted_errors(f"registering {run_id}", root), tempfile.TemporaryDirectory() as tmp:
-        serving = serving_root(run_dir, run_path, result.files, Path(tmp) / "root")
-        # the serving root's models/ holds the verified weights and config: the model directory sync logs
-        mlflow_run = replay.sync_run(run_dir, root, model_dir=serving / MODEL_DIR)
-        pyfunc.save(Path(tmp) / "pyfunc", serving, run_path, result.digest, predicate_weights(result), samples)
-        source = registry.log_model(mlflow_run, Path(tmp) / "pyfunc", pyfunc.artifact_path(result.digest), root)
+        # the model `solomon export --format mlflow` writes, built by the same function
+        model = pyfunc.build(
+            Path(tmp) / "pyfunc", run_dir, root, result.files, result.digest, predicate_weights(result)
+        )
+        # its serving root's models/ holds the verified weights and config: the model directory sync logs
+        mlflow_run = replay.sync_run(run_dir, root, model_dir=pyfunc.served_root(model) / MODEL_DIR)
+        source = registry.log_model(mlflow_run, model, pyfunc.artifact_path(result.digest), root)
         version = registry.register_version(mlflow_run, policy.model_name, tags, root, source)
         registry.set_alias(policy.model_name, policy.alias, version, root)
     record = {

@@ -76,7 +76,8 @@ def _register_verify(commands: argparse._SubParsersAction) -> None:
         "--export",
         metavar="DIR",
         help="prove an export (solomon export) is its run's model instead: the run it names verifies, every file "
-        "has its recorded SHA256, and every tensor maps back to the run's weights bit for bit",
+        "has its recorded SHA256, and every tensor maps back to the run's weights bit for bit (mlflow: MLmodel is "
+        "the run's field by field, the weights, model config and tokenizer inside have the manifest's SHA256)",
     )
     add_dvc_lock(check)
     check.set_defaults(func=_verify)

@@ -1,5 +1,6 @@
 """`solomon export`: a verified run's model in the formats other tools serve (Hugging Face transformers, GGUF for
-llama.cpp), each carrying its provenance; `solomon verify --export DIR` proves one back to its run."""
+llama.cpp, an MLflow pyfunc model), each carrying its provenance; `solomon verify --export DIR` proves one back to
+its run."""
 
 from __future__ import annotations
 
@@ -7,21 +8,21 @@ import argparse
 from pathlib import Path
 
 from solomon.cli.arguments import add_run_arguments, run_of
-
-FORMATS = ("hf", "gguf")
+from solomon.export import FORMATS, GGUF, HF
 
 
 def register(commands: argparse._SubParsersAction) -> None:
+    kinds = "; ".join(f"{name}: {what}" for name, what in FORMATS.items())
     export = commands.add_parser(
         "export",
-        help="write a verified run's model as a Hugging Face (hf) or GGUF (gguf) export with its provenance",
+        help=f"write a verified run's model as an export ({', '.join(FORMATS)}) with its provenance",
         description="Verify the run, then write its model from the verified files only into --out (staged, renamed "
-        "at the end: a refusal writes nothing). hf: a directory transformers loads as GPT2LMHeadModel with "
-        "AutoTokenizer; gguf: model.gguf for llama.cpp. Each carries provenance.json (run id, manifest SHA256, the "
-        "SHA256 of every file it was made from and of every file it holds); `solomon verify --export DIR` checks it.",
+        f"at the end: a refusal writes nothing). {kinds}. Each carries provenance.json (run id, manifest SHA256, the "
+        "SHA256 of every file it was made from and of every file it holds); `solomon verify --export DIR` checks it "
+        "and `solomon lineage --export DIR` walks from it back to the corpus.",
     )
     add_run_arguments(export)
-    export.add_argument("--format", required=True, choices=FORMATS, help="hf (transformers) or gguf (llama.cpp)")
+    export.add_argument("--format", required=True, choices=list(FORMATS), help=kinds)
     export.add_argument(
         "--out", required=True, help="the export's directory: new, empty, or an earlier export of the same run"
     )
@@ -30,12 +31,16 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     run_dir, root, out = run_of(args), Path(args.root), Path(args.out)
-    if args.format == "hf":
+    if args.format == HF:
         from solomon.export.hf import export_hf
 
         written = export_hf(run_dir, root, out)
-    else:
+    elif args.format == GGUF:
         from solomon.export.gguf_file import export_gguf
 
         written = export_gguf(run_dir, root, out)
+    else:
+        from solomon.export.mlflow_model import export_mlflow
+
+        written = export_mlflow(run_dir, root, out)
     print(f"export: {args.format} export of {run_dir.name} in {written}; check it with `solomon verify --export {out}`")

@@ -27,11 +27,19 @@ def register(commands: argparse._SubParsersAction) -> None:
     _register_generate(commands)
     _register_serve(commands)
     lineage = commands.add_parser(
-        "lineage", help="walk from a live server to its registry version, manifest, run, weights and corpus"
+        "lineage",
+        help="walk from a live server (or an export) to its registry version, manifest, run, weights and corpus",
     )
-    lineage.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    start = lineage.add_mutually_exclusive_group(required=True)
+    start.add_argument("--url", help="the server, e.g. http://127.0.0.1:8000")
+    start.add_argument(
+        "--export",
+        metavar="DIR",
+        help="an export (solomon export, any format) instead: the chain starts with `solomon verify --export DIR`",
+    )
     lineage.add_argument(
-        "--model", help="the alias the server must serve: models:/<name>@<alias> (default: promote.* in params.yaml)"
+        "--model",
+        help="with --url, the alias the server must serve: models:/<name>@<alias> (default: promote.* in params.yaml)",
     )
     add_root(lineage)
     lineage.set_defaults(func=_lineage)
@@ -135,18 +143,31 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _lineage(args: argparse.Namespace) -> None:
-    from solomon.params import PromoteParams, load_params
-    from solomon.serving.lineage import Broken, lineage
+    from solomon.serving.lineage import Broken
 
     root = Path(args.root)
-    params_path = root / PARAMS_FILE
-    policy = load_params(params_path).promote if params_path.is_file() else PromoteParams()
-    reference = args.model or f"models:/{policy.model_name}@{policy.alias}"
+    if args.export and args.model:
+        raise SolomonError("--model names the alias a server must serve: give it with --url, not --export")
     try:
-        chain = lineage(args.url, reference, root)
+        chain = _export_chain(Path(args.export), root) if args.export else _server_chain(args, root)
     except Broken as broken:
         print(f"lineage broken at {broken}")
         raise SystemExit(1) from None
     for link, holds in chain:
         print(f"{link:<13}{holds}")
     print("lineage holds: every link verified")
+
+
+def _export_chain(export_dir: Path, root: Path) -> list[tuple[str, str]]:
+    from solomon.export.lineage import export_lineage
+
+    return export_lineage(export_dir, root)
+
+
+def _server_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
+    from solomon.params import PromoteParams, load_params
+    from solomon.serving.lineage import lineage
+
+    params_path = root / PARAMS_FILE
+    policy = load_params(params_path).promote if params_path.is_file() else PromoteParams()
+    return lineage(args.url, args.model or f"models:/{policy.model_name}@{policy.alias}", root)

@@ -1,1 +1,12 @@
-"""Exports of a verified run (Hugging Face, GGUF) that carry its manifest digest and map back to its weights."""
+"""Exports of a verified run (Hugging Face, GGUF, MLflow) that carry its manifest digest and map back to its
+weights."""
+
+HF, GGUF, MLFLOW = "hf", "gguf", "mlflow"
+# The export formats and what each one is: the one list `solomon export --format`, provenance.json and
+# `solomon verify --export` know.
+FORMATS = {
+    HF: "a directory transformers loads as GPT2LMHeadModel with AutoTokenizer, with a model card",
+    GGUF: "model.gguf for llama.cpp (architecture gpt2, fp32)",
+    MLFLOW: "an MLflow python_function model directory (`mlflow models serve -m DIR`, `mlflow.pyfunc.load_model`), "
+    "the very model `solomon promote` registers",
+}

@@ -7,7 +7,8 @@ is the one recorded, and so are its source files; every file of the export has t
 is missing or added; every file but the weights is byte for byte what the run renders again (config, tokenizer,
 card, GGUF metadata); every tensor, mapped back to Solomon's name and orientation, is the run's bit for bit, and
 every bias Solomon's model has not is all zeros. A provenance.json rewritten with fresh hashes therefore still
-fails at the tensors or the rendered files.
+fails at the tensors or the rendered files. An MLflow export holds the run's own files rather than mapped tensors:
+``solomon.export.mlflow_model`` checks it against the model built again and the manifest's SHA256.
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from solomon.errors import SolomonError
-from solomon.export import gguf_file, hf, record
+from solomon.export import GGUF, HF, MLFLOW, gguf_file, hf, record
 from solomon.export.layout import mismatch, slots
 from solomon.export.source import Source, verified_source
 from solomon.params import runs_root
 from solomon.records import RunFiles
 
 
-def _run_dir(export_dir: Path, root: Path, run_id: str) -> Path:
+def run_dir_of(export_dir: Path, root: Path, run_id: str) -> Path:
+    """The run directory of this workspace that provenance.json's ``run_id`` names; one line if there is none."""
     where = export_dir / record.PROVENANCE
     runs = root / runs_root(root)
     if run_id in ("", ".", "..") or "/" in run_id or "\\" in run_id:
@@ -50,19 +52,6 @@ def _check_record(export_dir: Path, provenance: dict, source: Source) -> None:
             raise SolomonError(f"{where}: source {name} is not the run's (SHA256 differs from its manifest)")
 
 
-def _check_files(export_dir: Path, provenance: dict, expected: set[str]) -> None:
-    listed, found = provenance["files"], record.exported_files(export_dir)
-    for name in sorted(set(listed) | expected | set(found)):
-        if name not in found:
-            raise SolomonError(f"{export_dir / name}: missing from the export")
-        if name not in listed or name not in expected:
-            raise SolomonError(f"{export_dir / name}: not a file of a {provenance['format']} export (an added file)")
-        if found[name] != listed[name]:
-            raise SolomonError(
-                f"{export_dir / name}: SHA256 mismatch ({found[name][:12]}…, provenance.json says {listed[name][:12]}…)"
-            )
-
-
 def _check_tensors(export_dir: Path, name: str, found: dict[str, torch.Tensor], source: Source, is_hf: bool) -> int:
     layout = slots(source.model.config)
     names = {slot.hf if is_hf else slot.gguf for slot in layout}
@@ -79,9 +68,13 @@ def _check_tensors(export_dir: Path, name: str, found: dict[str, torch.Tensor], 
     return len(layout)
 
 
-def _verify_hf(export_dir: Path, provenance: dict, source: Source) -> int:
+def _tensors_line(count: int) -> str:
+    return f"{count} tensors bit for bit against the run's weights"
+
+
+def _verify_hf(export_dir: Path, provenance: dict, source: Source, root: Path) -> str:
     rendered = hf.rendered(source)
-    _check_files(export_dir, provenance, {*rendered, hf.WEIGHTS_FILE})
+    record.check_files(export_dir, provenance, {*rendered, hf.WEIGHTS_FILE})
     for name, content in rendered.items():
         if (export_dir / name).read_bytes() != content:
             raise SolomonError(f"{export_dir / name}: not what run {source.run_id} gives (edited)")
@@ -89,7 +82,7 @@ def _verify_hf(export_dir: Path, provenance: dict, source: Source) -> int:
         tensors = load_file(str(export_dir / hf.WEIGHTS_FILE))
     except SafetensorError as exc:
         raise SolomonError(f"{export_dir / hf.WEIGHTS_FILE}: not a readable safetensors file ({exc})") from None
-    return _check_tensors(export_dir, hf.WEIGHTS_FILE, tensors, source, is_hf=True)
+    return _tensors_line(_check_tensors(export_dir, hf.WEIGHTS_FILE, tensors, source, is_hf=True))
 
 
 def metadata(path: Path) -> dict:
@@ -97,9 +90,9 @@ def metadata(path: Path) -> dict:
     return {key: field.contents() for key, field in gguf.GGUFReader(path).fields.items() if not key.startswith("GGUF.")}
 
 
-def _verify_gguf(export_dir: Path, provenance: dict, source: Source) -> int:
+def _verify_gguf(export_dir: Path, provenance: dict, source: Source, root: Path) -> str:
     path = export_dir / gguf_file.GGUF_FILE
-    _check_files(export_dir, provenance, {gguf_file.GGUF_FILE})
+    record.check_files(export_dir, provenance, {gguf_file.GGUF_FILE})
     try:
         reader = gguf.GGUFReader(path)
         found = metadata(path)
@@ -116,18 +109,27 @@ def _verify_gguf(export_dir: Path, provenance: dict, source: Source) -> int:
         if tensor.tensor_type != gguf.GGMLQuantizationType.F32:
             raise SolomonError(f"{path}: tensor {tensor.name} is {tensor.tensor_type.name}, not the run's F32")
         tensors[tensor.name] = torch.from_numpy(tensor.data.copy())
-    return _check_tensors(export_dir, gguf_file.GGUF_FILE, tensors, source, is_hf=False)
+    return _tensors_line(_check_tensors(export_dir, gguf_file.GGUF_FILE, tensors, source, is_hf=False))
+
+
+def _verify_mlflow(export_dir: Path, provenance: dict, source: Source, root: Path) -> str:
+    from solomon.export import mlflow_model  # imports mlflow
+
+    return mlflow_model.verify(export_dir, provenance, source, root)
+
+
+CHECKS = {HF: _verify_hf, GGUF: _verify_gguf, MLFLOW: _verify_mlflow}
 
 
 def verify_export(export_dir: Path, root: Path) -> str:
-    """Check ``export_dir`` (a Hugging Face or GGUF export) against its run; the one-line answer, or SolomonError."""
+    """Check ``export_dir`` (an export of any of FORMATS) against its run; the one-line answer, or SolomonError."""
     provenance = record.read(export_dir)
-    source = verified_source(_run_dir(export_dir, root, provenance["run_id"]), root)
+    run_dir = run_dir_of(export_dir, root, provenance["run_id"])
+    # an MLflow export carries the whole run directory: every subject is verified, as promote does
+    source = verified_source(run_dir, root, every_subject=provenance["format"] == MLFLOW)
     _check_record(export_dir, provenance, source)
-    check = _verify_hf if provenance["format"] == hf.FORMAT else _verify_gguf
-    tensors = check(export_dir, provenance, source)
+    checked = CHECKS[provenance["format"]](export_dir, provenance, source, root)
     return (
         f"{export_dir}: {provenance['format']} export of run {source.run_id} verified: {len(provenance['files'])} "
-        f"file(s) by SHA256, {tensors} tensors bit for bit against the run's weights; "
-        f"manifest sha256 {source.manifest_sha256}"
+        f"file(s) by SHA256, {checked}; manifest sha256 {source.manifest_sha256}"
     )

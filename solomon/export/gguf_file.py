@@ -16,11 +16,10 @@ import gguf
 
 from solomon import records
 from solomon.atomic import staged_dir, write_with
-from solomon.export import record
+from solomon.export import GGUF, record
 from solomon.export.layout import exported, slots
 from solomon.export.source import Source, verified_source
 
-FORMAT = "gguf"
 GGUF_FILE = "model.gguf"
 ARCH = "gpt2"
 RUN_ID_KEY = "solomon.run_id"
@@ -85,7 +84,7 @@ def write(source: Source, out: Path) -> None:
     record.check_out(out, source.run_id)
     with staged_dir(out) as tmp:
         write_with(tmp / GGUF_FILE, lambda path: write_file(path, source))
-        record.write(tmp, source, FORMAT)
+        record.write(tmp, source, GGUF)
 
 
 def export_gguf(run_dir: Path, root: Path, out: Path) -> Path:

@@ -13,11 +13,10 @@ from safetensors.torch import save_file
 
 from solomon import records
 from solomon.atomic import canonical_json, staged_dir, write_bytes, write_with
-from solomon.export import card, record
+from solomon.export import HF, card, record
 from solomon.export.layout import exported, slots
 from solomon.export.source import Source, verified_source
 
-FORMAT = "hf"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 
@@ -110,7 +109,7 @@ def write(source: Source, out: Path) -> None:
         write_with(tmp / WEIGHTS_FILE, lambda path: save_file(tensors, str(path), metadata={"format": "pt"}))
         for name, content in rendered(source).items():
             write_bytes(tmp / name, content)
-        record.write(tmp, source, FORMAT)
+        record.write(tmp, source, HF)
 
 
 def export_hf(run_dir: Path, root: Path, out: Path) -> Path:

@@ -9,12 +9,12 @@ from pathlib import Path
 from solomon import __version__
 from solomon.atomic import write_json
 from solomon.errors import SolomonError
+from solomon.export import FORMATS
 from solomon.export.source import Source
 from solomon.hashing import sha256_file
 
 PROVENANCE = "provenance.json"
 KIND = "solomon-export"
-FORMATS = ("hf", "gguf")
 
 
 def exported_files(export_dir: Path) -> dict[str, str]:
@@ -58,6 +58,22 @@ def read(export_dir: Path) -> dict:
     if not ok:
         raise SolomonError(f"{path}: not a Solomon export record (kind, format, run id, manifest, sources, files)")
     return record
+
+
+def check_files(export_dir: Path, provenance: dict, expected: set[str]) -> dict[str, str]:
+    """Every file of ``export_dir`` has the SHA256 provenance.json records, and its files are ``expected``: none
+    missing, none added. Returns the SHA256 of each, by name."""
+    listed, found = provenance["files"], exported_files(export_dir)
+    for name in sorted(set(listed) | expected | set(found)):
+        if name not in found:
+            raise SolomonError(f"{export_dir / name}: missing from the export")
+        if name not in listed or name not in expected:
+            raise SolomonError(f"{export_dir / name}: not a file of a {provenance['format']} export (an added file)")
+        if found[name] != listed[name]:
+            raise SolomonError(
+                f"{export_dir / name}: SHA256 mismatch ({found[name][:12]}…, provenance.json says {listed[name][:12]}…)"
+            )
+    return found
 
 
 def check_out(out: Path, run_id: str) -> None:

@@ -69,11 +69,11 @@ class Source:
         return json.loads(self.files[name].read_text(encoding="utf-8"))
 
 
-def verified_source(run_dir: Path, root: Path, expect_digest: str | None = None) -> Source:
-    """Verify ``run_dir`` (its manifest, and the export's source files by their SHA256); refuses in one line."""
-    result = require_verified(
-        run_dir, root, f"{run_dir} does not verify", names=set(SOURCES), expect_digest=expect_digest
-    )
+def verified_source(run_dir: Path, root: Path, expect_digest: str | None = None, every_subject: bool = False) -> Source:
+    """Verify ``run_dir`` (its manifest, and the export's source files by their SHA256; ``every_subject``: all of
+    the manifest's, for an export that carries the whole run directory); refuses in one line."""
+    names = None if every_subject else set(SOURCES)
+    result = require_verified(run_dir, root, f"{run_dir} does not verify", names=names, expect_digest=expect_digest)
     recorded = {s["name"]: s["digest"]["sha256"] for s in result.statement["subject"]}
     return Source(
         run_dir=run_dir,

@@ -1,8 +1,9 @@
-"""``solomon lineage``: from a live server back to the corpus, every link checked.
+"""``solomon lineage``: from a live server (or an export) back to the corpus, every link checked.
 
 traffic (a completion's ``system_fingerprint`` and the server's provenance agree) → image (the digest the
 deployment gave the server, when it did) → registry version and alias (its ``manifest.sha256`` tag is the
-digest the server serves) → manifest (the run directory verifies against that digest, every subject hashed) →
+digest the server serves) → then the tail ``run_links`` shares with an export's chain
+(``solomon.export.lineage``): manifest (the run directory verifies against that digest, every subject hashed) →
 run id (server, registry tag and manifest agree) → weights (the server's SHA256 is the manifest's), tokenizer,
 corpus, params, git commit, requirements lock (as the verified manifest records them).
 """
@@ -72,24 +73,35 @@ def lineage(url: str, reference: str, root: Path) -> list[tuple[str, str]]:
         )
     chain.append(("registry", f"{reference} = version {version.version}, tag manifest.sha256 {served}"))
 
-    if not (version.run_dir / RunFiles.MANIFEST).is_file():
-        raise Broken("manifest", f"no run directory {version.run_dir} here: check out the commit that holds it")
-    result = verify(version.run_dir, root, expect_digest=served)
+    ids = {"server": provenance.get("run_id"), "registry tag": version.run_id}
+    return chain + run_links(version.run_dir, served, root, ids, ("server", provenance.get("weights_sha256")))
+
+
+def run_links(
+    run_dir: Path, digest: str, root: Path, ids: dict[str, str | None], weights: tuple[str, str | None]
+) -> list[tuple[str, str]]:
+    """The chain from a manifest on: ``run_dir`` verifies against ``digest``, every subject hashed; the run ids
+    others claim (``ids``, by who claims them) are the manifest's, and so is the weights' SHA256 ``weights`` (who
+    claims it, and what); then what the verified manifest records. Raises Broken at the first link that fails."""
+    if not (run_dir / RunFiles.MANIFEST).is_file():
+        raise Broken("manifest", f"no run directory {run_dir} here: check out the commit that holds it")
+    result = verify(run_dir, root, expect_digest=digest)
     if result.problems:
         raise Broken("manifest", result.problems[0])
     cached = IN_CACHE in result.where.values()  # only where the workspace's dvc.lock records another version
     note = " (workspace's dvc.lock is another run's; outputs verified in the DVC cache)" if cached else ""
-    chain.append(("manifest", f"{version.run_dir}: {summary(result)}{note}"))
+    chain = [("manifest", f"{run_dir}: {summary(result)}{note}")]
 
     predicate = result.statement["predicate"]
-    ids = {"server": provenance.get("run_id"), "registry tag": version.run_id, "manifest": result.run_id}
+    ids = ids | {"manifest": result.run_id}
     if len(set(ids.values())) != 1:
         raise Broken("run id", ", ".join(f"{k} {v}" for k, v in ids.items()) + " differ")
     chain.append(("run id", result.run_id))
 
     recorded = {s["name"]: s["digest"]["sha256"] for s in result.statement["subject"]}
-    if provenance.get("weights_sha256") != recorded.get(records.WEIGHTS):
-        raise Broken("weights", f"server {provenance.get('weights_sha256')}, manifest {recorded.get(records.WEIGHTS)}")
+    who, claimed = weights
+    if claimed != recorded.get(records.WEIGHTS):
+        raise Broken("weights", f"{who} {claimed}, manifest {recorded.get(records.WEIGHTS)}")
     chain.append(("weights", f"{records.WEIGHTS} sha256 {recorded[records.WEIGHTS]}"))
     chain.append(("tokenizer", f"{records.TOKENIZER} sha256 {recorded[records.TOKENIZER]}"))
     source = predicate.get("corpus", {}).get("source")
