@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from solomon.tools.bench.serving_section import CLIENTS, ENGINE, format_serving, serving_section
+from solomon.tools.bench import SERVING_CLIENTS as CLIENTS
+from solomon.tools.bench.serving_section import ENGINE, format_serving, serving_section
 from solomon.tools.scratch import pipeline_env
 
 TINY = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 64}

@@ -38,7 +38,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _register_bench_serving(bench: argparse.ArgumentParser) -> None:
     from solomon.serving.limits import Limits
-    from solomon.tools.bench import PARTS
+    from solomon.tools.bench import PARTS, SERVING_CLIENTS, SERVING_REQUESTS
 
     bench.add_argument(
         "--only",
@@ -50,11 +50,15 @@ def _register_bench_serving(bench: argparse.ArgumentParser) -> None:
         "--serving-clients",
         type=int,
         nargs="+",
-        default=[1, 4, 16],
-        help="the engine's concurrent streaming clients, one row each (default: 1 4 16; 0: skip the serving part)",
+        default=list(SERVING_CLIENTS),
+        help="the engine's concurrent streaming clients, one row each (default: "
+        f"{' '.join(map(str, SERVING_CLIENTS))}; 0: skip the serving part)",
     )
     bench.add_argument(
-        "--serving-requests", type=POSITIVE_INT, default=4, help="completions per client and client count (default: 4)"
+        "--serving-requests",
+        type=POSITIVE_INT,
+        default=SERVING_REQUESTS,
+        help=f"completions per client and client count (default: {SERVING_REQUESTS})",
     )
     bench.add_argument(
         "--serving-threads", type=POSITIVE_INT, default=1, help="torch threads of every serving row (default: 1)"

@@ -20,3 +20,5 @@ A benchmark, not a test: nothing here asserts a time.
 """
 
 PARTS = ("throughput", "stage", "serving")  # `solomon bench --only` names them
+SERVING_CLIENTS = (1, 4, 16)  # the engine's rows: closed-loop streaming clients (`--serving-clients`)
+SERVING_REQUESTS = 4  # completions per client and client count (`--serving-requests`)

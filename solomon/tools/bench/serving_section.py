@@ -22,7 +22,7 @@ from solomon.errors import SolomonError
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch
 from solomon.serving.limits import Limits
-from solomon.tools.bench import peers, roofline
+from solomon.tools.bench import SERVING_CLIENTS, SERVING_REQUESTS, peers, roofline
 from solomon.tools.bench.serving import (
     MAX_TOKENS,
     PROMPT,
@@ -36,13 +36,12 @@ from solomon.tools.bench.serving import (
 )
 from solomon.tools.bench.throughput import BENCH_GEMM
 
-CLIENTS = (1, 4, 16)
 ENGINE = "engine (HTTP server, streamed)"
 
 
 def serving_section(
-    clients: tuple[int, ...] = CLIENTS,
-    requests_per_client: int = 4,
+    clients: tuple[int, ...] = SERVING_CLIENTS,
+    requests_per_client: int = SERVING_REQUESTS,
     threads: int = 1,
     slots: int = Limits.slots,
     model: dict | None = None,
