@@ -129,6 +129,7 @@ def format_serving(section: dict) -> str:
     rows = [[row["row"], *(_figure(row, key) for key in keys)] for row in section["rows"]]
     headers = ["row", "batch", "requests", "new tokens/s", "× engine", "requests/s", "p50 s", "p95 s", "TTFT p50 s",
                "errors"]  # fmt: skip
-    lines.append(tabulate(rows, headers, tablefmt="github"))
+    floats = ("", "", "", ",.1f", ".2f", ".2f", ".3f", ".3f", ".3f", "")
+    lines.append(tabulate(rows, headers, tablefmt="github", floatfmt=floats))
     lines += [f"not measured: {row['row']}: {row['skipped']}" for row in section["rows"] if row.get("skipped")]
     return "\n".join(lines)
