@@ -23,7 +23,7 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
             "12",
             "--skip-compile",
             "--serving-clients",
-            "1",
+            "0",  # the serving section at tiny scale: tests/test_bench_serving.py
         ],
         cwd=repo_copy,
         env=pipeline_env(),
@@ -57,5 +57,4 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     assert 0 < stage["resume_s"] < stage["process_s"]  # start to training again, less one step
     # The copy of the built pipeline is up to date, so the bench times a real no-op `dvc repro`.
     assert stage["noop_dvc_repro_s"] > 0
-    serving = result["serving"]  # one client against a real server process on loopback
-    assert serving["errors"] == 0 and serving["requests_per_s"] > 0 and serving["generated_tokens_per_s"] > 0
+    assert result["parts"] == ["throughput", "stage", "serving"] and "serving" not in result  # 0 clients: skipped

@@ -21,9 +21,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     bench.add_argument("--stage-steps", type=int, default=200, help="steps of the timed real train stage (0: skip it)")
     bench.add_argument("--out", default="reports/bench", help="where the JSON record goes")
     bench.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variants")
-    bench.add_argument(
-        "--serving-clients", type=int, default=4, help="concurrent clients of the serving load figure (0: skip it)"
-    )
+    _register_bench_serving(bench)
     bench.set_defaults(func=_bench)
     _register_soak(commands)
     docs = commands.add_parser("docs", help="the experiments behind docs/*.md").add_subparsers(
@@ -37,6 +35,38 @@ def register(commands: argparse._SubParsersAction) -> None:
         command.add_argument("page", nargs="*", help="pages of docs/experiments.yaml (default: all)")
         add_root(command)
         command.set_defaults(func=_docs)
+
+
+def _register_bench_serving(bench: argparse.ArgumentParser) -> None:
+    from solomon.serving.limits import Limits
+    from solomon.tools.bench import PARTS, SERVING_CLIENTS, SERVING_REQUESTS
+
+    bench.add_argument(
+        "--only",
+        action="append",
+        choices=PARTS,
+        help="measure only this part (repeatable; default: all), e.g. `--only serving` (minutes)",
+    )
+    bench.add_argument(
+        "--serving-clients",
+        type=int,
+        nargs="+",
+        default=list(SERVING_CLIENTS),
+        help="the engine's concurrent streaming clients, one row each (default: "
+        f"{' '.join(map(str, SERVING_CLIENTS))}; 0: skip the serving part)",
+    )
+    bench.add_argument(
+        "--serving-requests",
+        type=POSITIVE_INT,
+        default=SERVING_REQUESTS,
+        help=f"completions per client and client count (default: {SERVING_REQUESTS})",
+    )
+    bench.add_argument(
+        "--serving-threads", type=POSITIVE_INT, default=1, help="torch threads of every serving row (default: 1)"
+    )
+    bench.add_argument(
+        "--slots", type=POSITIVE_INT, default=Limits.slots, help=f"the server's --slots (default: {Limits.slots})"
+    )
 
 
 def _register_review(commands: argparse._SubParsersAction) -> None:
@@ -112,11 +142,22 @@ def _bench(args: argparse.Namespace) -> None:
 
     from solomon.atomic import write_json
     from solomon.params import load_params
+    from solomon.tools.bench import PARTS
     from solomon.tools.bench.report import measure
 
-    params = load_params(args.params)
+    clients = tuple(args.serving_clients)
+    if any(count < 0 for count in clients) or (0 in clients and len(clients) > 1):
+        raise SolomonError(
+            f"--serving-clients {' '.join(map(str, clients))}: give client counts above 0, or 0 alone to skip serving"
+        )
+    serving = None if clients == (0,) else {
+        "clients": clients, "requests_per_client": args.serving_requests, "threads": args.serving_threads,
+        "slots": args.slots,
+    }  # fmt: skip
+    parts = tuple(part for part in PARTS if part in (args.only or PARTS))
+    params = load_params(args.params) if "throughput" in parts else None  # the other parts read no params
     result = measure(
-        params, Path("."), args.steps, not args.skip_compile, args.stage_steps, args.serving_clients, report=print
+        params, Path("."), args.steps, not args.skip_compile, args.stage_steps, serving, report=print, parts=parts
     )
     out = Path(args.out) / f"{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
     write_json(out, result)

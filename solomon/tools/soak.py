@@ -38,12 +38,17 @@ def soak(
     report: Callable[[str], None] = print,
 ) -> dict:
     """Run the soak; its figures (errors by kind, latencies' percentiles, RSS samples in MiB)."""
-    from solomon.tools.bench.serving import ask, percentile, random_model_server  # torch: not for `solomon --help`
+    import tempfile  # below: torch, not for `solomon --help`
+
+    from solomon.tools.bench.serving import ask, bench_tokenizer, percentile, random_model_server
 
     latencies: list[float] = []
     errors: Counter[str] = Counter()
     tokens = [0]
-    with random_model_server(threads) as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="solomon-soak-") as work,
+        random_model_server(bench_tokenizer(Path(work)), threads) as server,
+    ):
         stop_at = time.monotonic() + seconds
 
         def client(index: int) -> None:

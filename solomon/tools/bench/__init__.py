@@ -11,8 +11,14 @@
    configured intervals) on the workspace's token files for ``stage_steps`` steps: wall time and the share of
    each overhead, from the seconds the loop records in ``train_run.json``; then that run resumed, timed
    until it trains again, and ``dvc repro`` with nothing changed when the workspace is up to date.
-4. Serving: concurrent clients against ``solomon serve``'s stack on loopback (a server process, a model of the
-   default size with random weights): requests/s, p50/p95 latency, generated tokens/s, errors.
-``measure`` takes all four, handing each part's text (``format_*``) to the caller as soon as it is measured.
+4. Serving, side by side on one model of the default size with random weights (``serving_section``): the old
+   serial path, the engine through a server process on loopback at 1, 4 and 16 streaming clients, the hardware's
+   bandwidth and compute limits for the model's size, and transformers and llama.cpp on the same weights.
+``measure`` takes all four (or the parts named), handing each part's text (``format_*``) to the caller as soon as
+it is measured.
 A benchmark, not a test: nothing here asserts a time.
 """
+
+PARTS = ("throughput", "stage", "serving")  # `solomon bench --only` names them
+SERVING_CLIENTS = (1, 4, 16)  # the engine's rows: closed-loop streaming clients (`--serving-clients`)
+SERVING_REQUESTS = 4  # completions per client and client count (`--serving-requests`)

@@ -5,36 +5,40 @@ from pathlib import Path
 
 from solomon.params import Params
 from solomon.records import TOKENS_DIR
-from solomon.tools.bench.serving import serving_load
+from solomon.tools.bench import PARTS
+from solomon.tools.bench.serving_section import format_serving, serving_section
 from solomon.tools.bench.stage import stage_overheads
 from solomon.tools.bench.throughput import training_throughput
 
 
 # --- all of it, and what `solomon bench` prints of it ------------------------------------------------------------
 def measure(
-    params: Params,
+    params: Params | None,
     root: Path,
     steps: int,
     compile_variant: bool,
     stage_steps: int,
-    serving_clients: int,
+    serving: dict | None,
     report: Callable[[str], None],
+    parts: tuple[str, ...] = PARTS,
 ) -> dict:
-    """Every figure, each part handed to ``report`` as text as soon as it is measured (a bench takes minutes): the
-    train stage on ``root``'s token files unless ``stage_steps`` is 0 or there are none, serving unless
-    ``serving_clients`` is 0."""
+    """Every figure of ``parts``, each part handed to ``report`` as text as soon as it is measured (a bench takes
+    minutes): training throughput with ``params``; the train stage on ``root``'s token files unless ``stage_steps``
+    is 0 or there are none; the serving section (``serving_section``'s keyword arguments) unless ``serving`` is
+    None."""
     from datetime import UTC, datetime
 
-    result = {"measured_utc": datetime.now(UTC).isoformat(timespec="seconds")}
-    result["throughput"] = training_throughput(params, steps=steps, compile_variant=compile_variant)
-    report(format_throughput(result["throughput"]))
-    if stage_steps and (root / TOKENS_DIR / "train.bin").is_file():
+    result = {"measured_utc": datetime.now(UTC).isoformat(timespec="seconds"), "parts": list(parts)}
+    if "throughput" in parts:
+        result["throughput"] = training_throughput(params, steps=steps, compile_variant=compile_variant)
+        report(format_throughput(result["throughput"]))
+    if "stage" in parts and stage_steps and (root / TOKENS_DIR / "train.bin").is_file():
         result["stage"] = stage_overheads(root.resolve(), stage_steps)
         report(format_stage(result["stage"]))
-    else:
+    elif "stage" in parts:
         report(f"train stage not timed: no {TOKENS_DIR} here (run `make run` first) or --stage-steps 0")
-    if serving_clients:
-        result["serving"] = serving_load(clients=serving_clients)
+    if "serving" in parts and serving is not None:
+        result["serving"] = serving_section(**serving)
         report(format_serving(result["serving"]))
     return result
 
@@ -85,13 +89,4 @@ def format_stage(stage: dict) -> str:
         + tabulate(rows, ["overhead", "seconds", "share of loop wall"], tablefmt="github")
         + f"\nresume (start to training again): {stage['resume_s']} s; "
         f"dvc repro with nothing changed: {stage['noop_dvc_repro_s']} s"
-    )
-
-
-def format_serving(serving: dict) -> str:
-    return (
-        f"\nserving ({serving['model']}, {serving['clients']} concurrent clients, {serving['requests']} requests "
-        f"of {serving['max_tokens']} tokens, loopback): {serving['requests_per_s']} requests/s, p50 "
-        f"{serving['p50_latency_s']} s, p95 {serving['p95_latency_s']} s, {serving['generated_tokens_per_s']} "
-        f"generated tokens/s, {serving['errors']} errors"
     )

@@ -1,65 +1,85 @@
-"""Serving: concurrent clients against ``solomon serve``'s stack on loopback, a model of the default size with
-random weights (``make bench`` part 4; ``make soak`` serves the same: ``solomon.tools.soak``)."""
+"""Serving: closed-loop clients streaming from ``solomon serve``'s stack on loopback, a server process around a
+model of the default size with random weights (``make bench`` part 4, ``solomon.tools.bench.serving_section``;
+``make soak`` serves the same: ``solomon.tools.soak``)."""
 
 import contextlib
+import hashlib
 import http.client
 import json
 import math
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from solomon.errors import SolomonError, last_line
 from solomon.model.gpt import GPT, GPTConfig
-from solomon.records import PARAMS_FILE
+from solomon.params import ModelParams
 from solomon.runtime import configure_torch
+from solomon.serving.limits import Limits
 from solomon.tools.scratch import pipeline_env
 
+PROMPT = "In the beginning"
+MAX_TOKENS = 32  # new tokens per request of every row
+SAMPLES = {"temperature": 0.8, "top_k": 40}  # every row samples alike: the server's, the reference's, the peers'
+READY_S = 120
 
-# --- serving: concurrent clients against `solomon serve`'s stack on loopback -----------------------------------
-def serve_random_model(port: int, tokenizer_path: str, threads: int) -> None:
-    """The serving stack (FastAPI app, queue, worker, uvicorn) around a model of the default size with random
-    weights: a load figure needs the default model's speed, not a trained run. Nothing here is verified."""
+
+def random_model(vocab_size: int, model: dict | None = None) -> GPT:
+    """``model`` (ModelParams fields; None: solomon/params.py's defaults) with random weights of seed 0: every row
+    of the serving section, and the server process, build the same weights (``weights_digest`` checks it)."""
+    torch.manual_seed(0)
+    return GPT(GPTConfig.from_params(ModelParams(**(model or {})), vocab_size)).eval()
+
+
+def weights_digest(model: GPT) -> str:
+    """SHA256 over the model's tensors by name: the same digest is the same weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode() + tensor.contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def serve_random_model(
+    port: int, tokenizer_path: str, threads: int, model: dict | None = None, slots: int = Limits.slots
+) -> None:
+    """The serving stack (FastAPI app, queue, worker, uvicorn) around ``random_model`` (the default size unless
+    ``model`` says otherwise): a load figure needs the default model's speed, not a trained run. Nothing here is
+    verified; /v1/provenance's weights_sha256 is ``weights_digest``."""
     from datetime import UTC, datetime
 
     from solomon.data.tokenizer import load_tokenizer
-    from solomon.params import load_params
     from solomon.records import WEIGHTS
-    from solomon.serving.limits import Limits
     from solomon.serving.loader import Served
     from solomon.serving.server import serve
 
     def load() -> Served:
         configure_torch(threads)
         tokenizer = load_tokenizer(Path(tokenizer_path))
-        torch.manual_seed(0)
-        model = GPT(GPTConfig.from_params(load_params(PARAMS_FILE).model, tokenizer.get_vocab_size())).eval()
+        served_model = random_model(tokenizer.get_vocab_size(), model)
         return Served(
-            model=model,
+            model=served_model,
             tokenizer=tokenizer,
             stop_id=None,  # every request generates its max_tokens
-            samples={"max_new_tokens": 32, "temperature": 0.8, "top_k": 40},
+            samples={"max_new_tokens": MAX_TOKENS, **SAMPLES},
             run_id="bench-random-weights",
             manifest_sha256="0" * 64,
-            files={WEIGHTS: {"sha256": "random weights", "verified_in": "not verified"}},
+            files={WEIGHTS: {"sha256": weights_digest(served_model), "verified_in": "not verified"}},
             git={},
             verified="not verified: random weights for the load figure",
             verified_utc=datetime.now(UTC).isoformat(timespec="seconds"),
             threads=threads,
         )
 
-    serve(load, "127.0.0.1", port, Limits(queue=64, timeout_s=600))
+    serve(load, "127.0.0.1", port, Limits(slots=slots, queue=64, timeout_s=600))
 
 
-def _bench_tokenizer(work: Path) -> Path:
+def bench_tokenizer(work: Path) -> Path:
     """The workspace's tokenizer when there is one (the default vocabulary); else one trained on a little text."""
     from solomon.data.tokenizer import train_tokenizer
     from solomon.params import TokenizerParams
@@ -84,85 +104,114 @@ def ask(port: int, path: str, body: dict | None = None, timeout: float = 600) ->
         connection.close()
 
 
-@contextmanager
-def random_model_server(threads: int) -> Iterator[subprocess.Popen]:
+@contextlib.contextmanager
+def random_model_server(
+    tokenizer: Path, threads: int, model: dict | None = None, slots: int = Limits.slots
+) -> Iterator[subprocess.Popen]:
     """A ``serve_random_model`` process on a free loopback port (``process.port``), ready (/readyz 200) within
-    120 s; stopped (SIGTERM, drained) on the way out."""
+    ``READY_S``; stopped (SIGTERM, drained) on the way out."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with tempfile.TemporaryDirectory(prefix="solomon-bench-serve-") as work:
-        code = (
-            f"from solomon.tools.bench.serving import serve_random_model; serve_random_model({port}, {{!r}}, {threads})"
-        )
-        server = subprocess.Popen(
-            [sys.executable, "-c", code.format(str(_bench_tokenizer(Path(work))))],
-            env=pipeline_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        server.port = port
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                if server.poll() is not None:
-                    raise SolomonError(f"the bench server exited: {last_line(server.stderr.read())}")
-                with contextlib.suppress(OSError):  # not listening yet
-                    if ask(port, "/readyz")[0] == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise SolomonError("the bench server was not ready within 120 s")
-                time.sleep(0.1)
-            yield server
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+    code = "from solomon.tools.bench.serving import serve_random_model as s; s({}, {!r}, {}, model={!r}, slots={})"
+    server = subprocess.Popen(
+        [sys.executable, "-c", code.format(port, str(tokenizer), threads, model, slots)],
+        env=pipeline_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server.port = port
+    try:
+        deadline = time.monotonic() + READY_S
+        while True:
+            if server.poll() is not None:
+                raise SolomonError(f"the bench server exited: {last_line(server.stderr.read())}")
+            with contextlib.suppress(OSError):
+                if ask(port, "/readyz")[0] == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise SolomonError(f"the bench server was not ready within {READY_S} s")
+            time.sleep(0.1)
+        yield server
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
 
 
-def percentile(ordered: list[float], share: float) -> float:
-    """The nearest-rank percentile of sorted values (``share`` 0.95: p95)."""
+def served_weights(port: int) -> str:
+    return ask(port, "/v1/provenance")[1]["weights_sha256"]
+
+
+def stream_completion(port: int, max_tokens: int, seed: int) -> tuple[float, float, int]:
+    """One streamed completion: (seconds to the first chunk carrying text, seconds to ``data: [DONE]``, new
+    tokens); SolomonError when it fails. A choice that ends by ``length`` generated ``max_tokens`` (the bench
+    model has no stop token)."""
+    body = {"prompt": PROMPT, "max_tokens": max_tokens, "seed": seed, "stream": True, **SAMPLES}
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    try:
+        started = time.perf_counter()
+        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        if answer.status != 200:
+            raise SolomonError(f"HTTP {answer.status}: {answer.read()[:200]!r}")
+        first, finish = None, None
+        while line := answer.readline():
+            if not line.startswith(b"data: "):
+                continue
+            if line.strip() == b"data: [DONE]":
+                done = time.perf_counter() - started
+                break
+            choice = json.loads(line[6:]).get("choices", [{}])[0]
+            if choice.get("text") and first is None:
+                first = time.perf_counter() - started
+            finish = choice.get("finish_reason") or finish
+        else:
+            raise SolomonError("the stream ended before data: [DONE]")
+    finally:
+        connection.close()
+    if finish != "length" or first is None:
+        raise SolomonError(f"the completion ended by {finish!r}, not by length, or carried no text")
+    return first, done, max_tokens
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(share * len(ordered)) - 1))]
 
 
-def serving_load(clients: int = 4, requests_per_client: int = 4, max_tokens: int = 32, threads: int = 1) -> dict:
-    """Requests/s, latency percentiles and generated tokens/s of ``clients`` concurrent clients, each sending
-    ``requests_per_client`` completions one after another, against a server process on 127.0.0.1."""
-    with random_model_server(threads) as server:
-        latencies, tokens, errors = [], [], []
+def engine_load(port: int, clients: int, requests_per_client: int, max_tokens: int) -> dict:
+    """``clients`` closed-loop clients, each streaming ``requests_per_client`` completions one after another."""
+    first_chunks, latencies, tokens, errors = [], [], [], []
 
-        def client(index: int) -> None:
-            for n in range(requests_per_client):
-                body = {"prompt": "In the beginning", "max_tokens": max_tokens, "seed": index * 1000 + n}
-                started = time.perf_counter()
-                try:
-                    status, payload = ask(server.port, "/v1/completions", body)
-                except OSError as exc:
-                    status, payload = 0, {"error": str(exc)}
-                latencies.append(time.perf_counter() - started)
-                if status == 200:
-                    tokens.append(payload["usage"]["completion_tokens"])
-                else:
-                    errors.append(status)
+    def client(index: int) -> None:
+        for n in range(requests_per_client):
+            try:
+                first, latency, new = stream_completion(port, max_tokens, seed=index * 1000 + n)
+            except (OSError, ValueError, SolomonError) as exc:
+                errors.append(str(exc))
+                continue
+            first_chunks.append(first)
+            latencies.append(latency)
+            tokens.append(new)
 
-        workers = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-        started = time.perf_counter()
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        wall = time.perf_counter() - started
-    ordered = sorted(latencies)
+    workers = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    wall = time.perf_counter() - started
+    done = latencies or [0.0]
     return {
-        "model": "default size, random weights",
-        "clients": clients,
-        "requests": len(latencies),
-        "max_tokens": max_tokens,
-        "threads": threads,
-        "wall_s": round(wall, 2),
-        "requests_per_s": round(len(latencies) / wall, 2),
-        "p50_latency_s": round(ordered[len(ordered) // 2], 3),
-        "p95_latency_s": round(percentile(ordered, 0.95), 3),
-        "generated_tokens_per_s": round(sum(tokens) / wall, 1),
+        "batch": clients,
+        "requests": len(latencies) + len(errors),
+        "wall_s": round(wall, 3),
+        "requests_per_s": round(len(latencies) / wall, 3),
+        "tokens_per_s": round(sum(tokens) / wall, 1),
+        "p50_latency_s": round(percentile(done, 0.5), 4),
+        "p95_latency_s": round(percentile(done, 0.95), 4),
+        "ttft_p50_s": round(percentile(first_chunks or [0.0], 0.5), 4),
         "errors": len(errors),
+        "first_error": errors[0] if errors else None,
     }

@@ -1,0 +1,73 @@
+"""The serving section of `solomon bench` at tiny scale: every row there, on the same weights, every figure
+positive and no errors (a benchmark: no time is asserted); and `--only` / `--serving-clients` on the command line."""
+
+from __future__ import annotations
+
+import json
+import numbers
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solomon.tools.bench import SERVING_CLIENTS as CLIENTS
+from solomon.tools.bench.serving_section import ENGINE, format_serving, serving_section
+from solomon.tools.scratch import pipeline_env
+
+TINY = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 64}
+
+
+def _numbers(row: dict) -> dict:
+    return {k: v for k, v in row.items() if isinstance(v, numbers.Number) and k not in ("batch", "errors")}
+
+
+def test_the_serving_section_runs_every_row_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no workspace tokenizer here: the section trains its own
+    section = serving_section(requests_per_client=1, model=TINY, peer_requests=1, copy_mib=16, gemm=(128, 2))
+    assert section["model"]["n_embd"] == 32 and section["threads"] == 1 and section["max_tokens"] == 32
+    rows = section["rows"]
+    engine = [row for row in rows if row["row"].startswith(ENGINE)]
+    assert [row["batch"] for row in engine] == list(CLIENTS)
+    assert all(row["errors"] == 0 and row["requests"] == row["batch"] for row in engine)
+    assert all(row["ratio_to_engine"] == 1.0 and row["ttft_p50_s"] <= row["p50_latency_s"] for row in engine)
+    by_name = {}
+    for row in rows:
+        by_name.setdefault(row["row"].split(" (")[0], []).append(row["batch"])
+    assert by_name["old serial path"] == [1]
+    assert by_name["transformers GPT2LMHeadModel.generate"] == [1, 16]
+    assert by_name["bandwidth limit"] == [1, 16] and by_name["compute limit"] == [1, 16]
+    assert by_name["llama.cpp"] == [1]
+    for row in rows:
+        if row.get("skipped"):
+            assert row["row"].startswith("llama.cpp") and "llama_cpp" in row["skipped"]
+            continue
+        figures = _numbers(row)
+        assert "tokens_per_s" in figures and "ratio_to_engine" in figures, row
+        assert all(value > 0 for value in figures.values()), row
+        assert row.get("errors", 0) == 0, row
+    transformers = [row for row in rows if row["row"].startswith("transformers")]
+    assert all(row["max_abs_logit_diff"] < 1e-4 for row in transformers)  # the same model, through the export layout
+    hardware = section["hardware"]
+    assert hardware["copy_bandwidth_gbs"] > 0 and all(peak > 0 for peak in hardware["gemm_peak_gflops"].values())
+    assert hardware["weight_bytes"] == 4 * hardware["parameters"]  # fp32
+    assert section["host"]["cpu"]
+    text = format_serving(section)
+    assert text.count(f"| {ENGINE}") == len(CLIENTS) and "host:" in text and "GEMM peak fp32" in text
+    json.dumps(section)  # the bench record holds it as it is
+
+
+def _bench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [str(Path(sys.executable).parent / "solomon"), "bench", "--out", str(cwd / "out"), *args]
+    return subprocess.run(command, cwd=cwd, env=pipeline_env(), capture_output=True, text=True, timeout=300)
+
+
+def test_bench_only_measures_the_parts_named_and_refuses_bad_client_counts(tmp_path: Path) -> None:
+    done = _bench(tmp_path, "--only", "serving", "--serving-clients", "0")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [record] = (tmp_path / "out").glob("*.json")
+    result = json.loads(record.read_text())
+    assert result["parts"] == ["serving"] and not {"throughput", "stage", "serving"} & set(result)
+    refused = _bench(tmp_path, "--serving-clients", "0", "4")
+    assert refused.returncode != 0 and "--serving-clients 0 4" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and len(list((tmp_path / "out").glob("*.json"))) == 1
