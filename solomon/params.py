@@ -171,12 +171,16 @@ class SampleParams(_Section):
 
 
 class MuonParams(_Section):
-    """torch.optim.Muon's settings on the blocks' hidden weight matrices, used only with ``train.optimizer: muon``."""
+    """Muon's settings on the blocks' hidden weight matrices (torch.optim.Muon's update, orthogonalised one batched
+    product per matrix shape: solomon/train/muon.py), used only with ``train.optimizer: muon``."""
 
     momentum: Fraction = Param(0.95, "Muon's momentum")
     nesterov: bool = Param(True, "Nesterov momentum for Muon")
     ns_steps: int = Param(
-        5, "Newton-Schulz iterations orthogonalising each Muon update (torch allows < 100)", ge=1, lt=100
+        5,
+        "Newton-Schulz iterations orthogonalising each Muon update: fewer cost less but orthogonalise less (< 100)",
+        ge=1,
+        lt=100,
     )
 
 
