@@ -171,8 +171,7 @@ class SampleParams(_Section):
 
 
 class MuonParams(_Section):
-    """Muon's settings on the blocks' hidden weight matrices (torch.optim.Muon's update, orthogonalised one batched
-    product per matrix shape: solomon/train/muon.py), used only with ``train.optimizer: muon``."""
+    """torch.optim.Muon's settings on the blocks' hidden weight matrices, used only with ``train.optimizer: muon``."""
 
     momentum: Fraction = Param(0.95, "Muon's momentum")
     nesterov: bool = Param(True, "Nesterov momentum for Muon")

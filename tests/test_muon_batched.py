@@ -14,7 +14,7 @@ import torch
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import TrainParams
 from solomon.train.muon import BatchedMuon
-from solomon.train.optimizer import build_optimizer, hidden_matrices
+from solomon.train.optimizer import MuonWithAdamW, build_optimizer, hidden_matrices
 
 CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, bias=False)
 
@@ -79,9 +79,13 @@ def test_a_checkpoint_of_either_muon_loads_into_the_other() -> None:
         assert len(buffers) == 8 and all(torch.count_nonzero(b) > 0 for b in buffers)
 
 
-def test_train_optimizer_muon_builds_the_batched_one_and_it_refuses_non_matrices() -> None:
+def test_train_optimizer_muon_keeps_torchs_the_bench_picks_either_and_non_matrices_are_refused() -> None:
+    """torch's stays the default (BatchedMuon's step measured slower: solomon/tools/bench/muon.py)."""
     torch.manual_seed(0)
-    optimizer = build_optimizer(GPT(CONFIG), TrainParams(optimizer="muon"), 1e-3)
-    assert isinstance(optimizer.muon, BatchedMuon)
+    model = GPT(CONFIG)
+    assert type(build_optimizer(model, TrainParams(optimizer="muon"), 1e-3).muon) is torch.optim.Muon
+    assert isinstance(
+        MuonWithAdamW(model, TrainParams(optimizer="muon"), 1e-3, muon_class=BatchedMuon).muon, BatchedMuon
+    )
     with pytest.raises(ValueError, match="2-D parameters only"):
         BatchedMuon([torch.nn.Parameter(torch.ones(3))])

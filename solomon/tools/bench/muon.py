@@ -6,7 +6,9 @@ All variants share one process, one model and its data, and are timed round-robi
 the median over rounds). Times are this process's CPU seconds (``time.process_time``), not wall clock: on a shared
 machine a neighbour's load stretches wall time unevenly (a first run here under a load of 8 on 2 cores put Muon's
 step below AdamW's), while CPU time counts only the work done. The output is ratios to AdamW's step, and each
-variant's optimiser step alone as a share of its whole step. A benchmark, not a test: nothing here asserts a time.
+variant's optimiser step alone as a share of its whole step; then the two Muons' steps alone on the same
+gradients, which the whole step's noise can hide (20 rounds of a fraction of a second). A benchmark, not a test:
+nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from solomon.params import Params
 from solomon.runtime import configure_torch
 from solomon.train.data_order import DataOrder
 from solomon.train.muon import BatchedMuon
-from solomon.train.optimizer import MuonWithAdamW, Optimizer, build_optimizer
+from solomon.train.optimizer import MuonWithAdamW, Optimizer, build_optimizer, hidden_matrices
 from solomon.train.step import autocast_for, train_step
 
 NS_STEPS = (3, 4, 5)
@@ -86,6 +88,27 @@ def measure(params: Params, accum: int, rounds: int, warmup: int = 1) -> dict[st
     }
 
 
+def muon_alone(params: Params, rounds: int = 20) -> dict[int, float]:
+    """{ns_steps: BatchedMuon's step / torch.optim.Muon's}, each stepping the default model's hidden matrices on
+    the same gradients, interleaved, median CPU seconds over ``rounds``: the two differ only there."""
+    torch.manual_seed(0)
+    matrices = hidden_matrices(GPT(GPTConfig.from_params(params.model, params.tokenizer.vocab_size)))
+    for p in matrices:
+        p.grad = torch.randn_like(p)
+    ratios = {}
+    for ns_steps in NS_STEPS:
+        built = {name: cls(matrices, lr=1e-4, ns_steps=ns_steps) for name, cls in MUONS.items()}
+        seconds: dict[str, list[float]] = {name: [] for name in built}
+        for _ in range(rounds + 1):  # the first round warms up
+            for name, optimizer in built.items():
+                started = time.process_time()
+                optimizer.step()
+                seconds[name].append(time.process_time() - started)
+        torch_s, batched_s = (statistics.median(seconds[name][1:]) for name in MUONS)
+        ratios[ns_steps] = batched_s / torch_s
+    return ratios
+
+
 def table(results: dict[int, dict[str, dict[str, float]]], tokens_per_step: int) -> str:
     lines = [f"{'variant':<20}" + "".join(f"| {accum}× tokens ({accum * tokens_per_step}) " for accum in results)]
     lines.append(f"{'':<20}" + "| step/AdamW  opt share " * len(results))
@@ -107,7 +130,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     params = Params()
     results = {accum: measure(params, accum, args.rounds) for accum in (1, 2)}
     print(table(results, params.train.batch_size * params.model.block_size))
-    return results
+    alone = muon_alone(params)
+    print("Muon's step alone, batched / torch: " + ", ".join(f"ns {n} {r:.3f}" for n, r in alone.items()))
+    return {"steps": results, "muon_alone": alone}
 
 
 if __name__ == "__main__":
