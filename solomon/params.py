@@ -176,7 +176,10 @@ class MuonParams(_Section):
     momentum: Fraction = Param(0.95, "Muon's momentum")
     nesterov: bool = Param(True, "Nesterov momentum for Muon")
     ns_steps: int = Param(
-        5, "Newton-Schulz iterations orthogonalising each Muon update (torch allows < 100)", ge=1, lt=100
+        5,
+        "Newton-Schulz iterations orthogonalising each Muon update: fewer cost less but orthogonalise less (< 100)",
+        ge=1,
+        lt=100,
     )
 
 

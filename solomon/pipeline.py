@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from solomon.params import Params, read_yaml
-from solomon.records import DVC_YAML
+from solomon.records import DVC_LOCK, DVC_YAML
 
 CHECK_STAGE = "check"  # validates everything first; the stages after it depend on what it validated
 
@@ -26,6 +26,16 @@ def dvc_executable() -> str:
 
 def stages(repo: Path) -> dict[str, dict]:
     return read_yaml(repo / DVC_YAML)["stages"]
+
+
+def output_paths(repo: Path) -> list[str]:
+    """What the pipeline itself writes, repository-relative: dvc.lock and every stage's outs, metrics and plots
+    (files or directories)."""
+    paths = [DVC_LOCK]
+    for stage in stages(repo).values():
+        for key in ("outs", "metrics", "plots"):
+            paths += [entry if isinstance(entry, str) else next(iter(entry)) for entry in stage.get(key, [])]
+    return paths
 
 
 def stage_params(repo: Path) -> dict[str, list[str]]:

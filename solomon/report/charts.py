@@ -73,12 +73,24 @@ def _draw(chart: Chart) -> Figure:
     return fig
 
 
-def _curve(rows: list[dict], evals: list[dict], name: str) -> Chart:
+def loss_labels(hyperparameters: dict) -> tuple[str, str]:
+    """The loss chart's (train, validation) labels: what each line measures. The step loss is taken in training
+    mode, with the run's dropout and label smoothing, which raise it; the evaluations have neither, so a train line
+    above the validation line need not mean overfitting's opposite. (Records without a value had none.)"""
+    dropout = hyperparameters.get("model", {}).get("dropout", 0.0)
+    epsilon = hyperparameters.get("train", {}).get("label_smoothing", 0.0)
+    regularised = f"with dropout {dropout:g}" if dropout else "no dropout"
+    smoothed = f"label smoothing ε={epsilon:g}" if epsilon else "no smoothing"
+    return f"train loss ({regularised}, {smoothed})", "val loss (fixed val subset; no dropout, no smoothing)"
+
+
+def _curve(rows: list[dict], evals: list[dict], name: str, hyperparameters: dict) -> Chart:
     title, column = CHARTS[name]
-    lines = [Line([r["step"] for r in rows], [r[column] for r in rows], "train", style={"linewidth": 1.2})]
+    train_label, val_label = loss_labels(hyperparameters) if name == "loss" else ("train", None)
+    lines = [Line([r["step"] for r in rows], [r[column] for r in rows], train_label, style={"linewidth": 1.2})]
     if name == "loss" and evals:
         steps, losses = [e["step"] for e in evals], [e["val_loss"] for e in evals]
-        lines.append(Line(steps, losses, "validation", ("o-",), {"markersize": 3}))
+        lines.append(Line(steps, losses, val_label, ("o-",), {"markersize": 3}))
     return Chart((7, 3.2), lines, "step", title=title, legend="medium" if len(lines) > 1 else None)
 
 
@@ -140,10 +152,11 @@ def _comparison(kind: str, runs: dict[str, dict]) -> Chart:
     return Chart((7, 3.6), lines, xlabel, "accuracy in the bin", limits=((0, 1), (0, 1)), legend=7)
 
 
-def _figures(rows: list[dict], evals: list[dict], reliability: dict[str, list[dict]] | None):
-    """(name, figure) of every chart; the reliability diagram only for runs evaluated with calibration."""
+def _figures(rows: list[dict], evals: list[dict], reliability: dict[str, list[dict]] | None, hyperparameters: dict):
+    """(name, figure) of every chart; the reliability diagram only for runs evaluated with calibration.
+    ``hyperparameters`` (the run's, as hyperparameters.yaml holds them) name what the loss lines measure."""
     for name in CHARTS:
-        yield name, _draw(_curve(rows, evals, name))
+        yield name, _draw(_curve(rows, evals, name, hyperparameters))
     if reliability:
         yield RELIABILITY, _draw(_reliability(reliability))
 
@@ -153,11 +166,15 @@ def _save_png(fig: Figure, path: Path) -> None:
 
 
 def write_pngs(
-    rows: list[dict], evals: list[dict], out_dir: Path, reliability: dict[str, list[dict]] | None = None
+    rows: list[dict],
+    evals: list[dict],
+    out_dir: Path,
+    hyperparameters: dict,
+    reliability: dict[str, list[dict]] | None = None,
 ) -> list[str]:
     """Write ``<name>.png`` into ``out_dir`` for the Markdown page; return the names."""
     names = []
-    for name, fig in _figures(rows, evals, reliability):
+    for name, fig in _figures(rows, evals, reliability, hyperparameters):
         _save_png(fig, out_dir / f"{name}.png")
         names.append(name)
     return names
@@ -171,10 +188,12 @@ def write_comparison_pngs(kinds: list[str], runs: dict[str, dict], out_dir: Path
     return list(kinds)
 
 
-def svgs(rows: list[dict], evals: list[dict], reliability: dict[str, list[dict]] | None = None) -> dict[str, str]:
+def svgs(
+    rows: list[dict], evals: list[dict], hyperparameters: dict, reliability: dict[str, list[dict]] | None = None
+) -> dict[str, str]:
     """{name: inline SVG text} for the self-contained HTML page."""
     rendered = {}
-    for name, fig in _figures(rows, evals, reliability):
+    for name, fig in _figures(rows, evals, reliability, hyperparameters):
         buffer = io.StringIO()
         with matplotlib.rc_context(SVG_SETTINGS):
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})

@@ -22,7 +22,7 @@ from solomon.audit import manifest
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 from solomon.params import Params, read_yaml
-from solomon.provenance import git_state
+from solomon.provenance import git_state, uncommitted_note
 from solomon.records import RECORD_FILES, RunFiles, latest_record, read_evals, read_json, read_reliability, read_steps
 from solomon.report import charts, document
 from solomon.rng import STREAMS, stream_seed
@@ -104,7 +104,7 @@ def create_run(
         for name, (_, copy) in RECORD_FILES.items():
             shutil.copyfile(files[name], tmp / copy)
         write_json(tmp / RunFiles.RUN_INFO, run_info)
-        charts.write_pngs(rows, evals, tmp, read_reliability(tmp))
+        charts.write_pngs(rows, evals, tmp, hyperparameters, read_reliability(tmp))
 
         subjects = manifest.workspace_subjects(provenance.repo_root, provenance.corpus_files)
         statement = manifest.build(subjects + manifest.run_subjects(tmp), _predicate(params, run_info, provenance, now))
@@ -135,7 +135,7 @@ def render_pages(run_dir: Path) -> None:
     intro = [
         f"Manifest SHA256 (the run's identity; `solomon verify` checks it): {digest}",
         f"Created {run_info['created_utc']} from git commit {run_info['git']['commit'] or 'unknown'}"
-        + (" (uncommitted changes)" if run_info["git"]["dirty"] else "")
+        + uncommitted_note(run_info["git"])
         + f". MLflow run {predicate['mlflow']['run_id'] or '(not logged)'}, tagged solomon.run_id = {run_id}.",
         f"Corpus: {hyperparameters['corpus']['source']}; data card: {RunFiles.DATACARD_MD}. Hyperparameters: "
         f"{RunFiles.HYPERPARAMETERS} (every value, defaults included) and {RunFiles.PARAMS} (as written).",
@@ -167,7 +167,7 @@ def render_pages(run_dir: Path) -> None:
             ],
         ),
     }
-    svgs = charts.svgs(rows, evals, reliability)
+    svgs = charts.svgs(rows, evals, hyperparameters, reliability)
     datacard = (run_dir / RunFiles.DATACARD_MD).read_text(encoding="utf-8")
     html_page, markdown_page = RunFiles.PAGES
     write_text(run_dir / markdown_page, document.render_markdown(title, intro, tables, list(svgs)))

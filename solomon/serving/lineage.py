@@ -18,6 +18,7 @@ from pathlib import Path
 from solomon import records
 from solomon.audit.verify import summary, verify
 from solomon.audit.workspace import IN_CACHE
+from solomon.provenance import uncommitted_note
 from solomon.records import RunFiles
 from solomon.serving.limits import IMAGE_DIGEST_ENV
 
@@ -108,6 +109,6 @@ def run_links(
     chain.append(("corpus", f"source {source}; {_subject_line(result.statement, 'raw-corpus')}"))
     chain.append(("params", _subject_line(result.statement, "hyperparameters")))
     git = predicate.get("git", {})
-    chain.append(("git commit", f"{git.get('commit')}" + (" (uncommitted changes)" if git.get("dirty") else "")))
+    chain.append(("git commit", f"{git.get('commit')}" + uncommitted_note(git)))
     chain.append(("requirements", f"requirements.lock sha256 {predicate.get('requirements_lock_sha256')}"))
     return chain

@@ -4,7 +4,9 @@ matrices with AdamW on the rest (the token embedding the head shares, position e
 Either way it is one object with ``param_groups``, ``zero_grad``, ``step``, ``state_dict`` and ``load_state_dict``,
 so the step (which sets every group's learning rate from the schedule), the schedule and the checkpointer do not
 know which. Muon scales its updates with ``adjust_lr_fn="match_rms_adamw"`` (RMS 0.2, Moonshot's rule) so that the
-learning rate and weight decay tuned for AdamW apply to both parts unchanged.
+learning rate and weight decay tuned for AdamW apply to both parts unchanged. The Muon is torch.optim.Muon:
+solomon/train/muon.py's BatchedMuon (the same update and state, one Newton-Schulz product per matrix shape)
+measured 14-18 % slower per optimiser step at the default shape on one thread (solomon/tools/bench/muon.py).
 """
 
 from __future__ import annotations
@@ -50,12 +52,16 @@ class MuonWithAdamW:
 
     ``param_groups`` is Muon's groups then AdamW's (the same dicts, so setting a group's lr sets it in the optimiser
     that owns it); the state is both optimisers' states under their names, so it goes through the checkpoint.
+    ``muon_class`` is for ``solomon.tools.bench.muon``, which times BatchedMuon (the same arguments and state)
+    against torch's.
     """
 
-    def __init__(self, model: GPT, cfg: TrainParams, lr: float) -> None:
+    def __init__(
+        self, model: GPT, cfg: TrainParams, lr: float, muon_class: type[torch.optim.Optimizer] = torch.optim.Muon
+    ) -> None:
         hidden = hidden_matrices(model)
         hidden_ids = {id(p) for p in hidden}
-        self.muon = torch.optim.Muon(
+        self.muon = muon_class(
             hidden,
             lr=lr,
             weight_decay=cfg.weight_decay,
