@@ -68,6 +68,8 @@ ENVIRONMENT_DOORS = {
     "HTTP retries) and DVC tells a stage its experiment the same way: the one door where tracking reads and sets it",
     "tracking/server.py": "builds the environment of the `mlflow server` child process",
     "tools/scratch.py": "builds the environment a scratch pipeline's processes inherit",
+    "train/launch.py": "torchrun's entry point (`python -m solomon.train.launch`): it turns off the agents' shared "
+    "TCPStore for the workers (TORCH_DISABLE_SHARE_RDZV_TCP_STORE, pytorch/pytorch#135712) before the agent starts",
     "machine.py": "the kernel-selection variables torch read at start (ONEDNN_MAX_CPU_ISA, ...) are part of the "
     "machine record",
 }
