@@ -77,10 +77,9 @@ gguf-check: setup
 
 # Multi-node training on two simulated hosts (network namespaces joined by a veth pair, 10.231.0.0/24 only between
 # them; root and `ip`): the two-node run's bytes, a lost worker restarted, a lost node, an unshared checkpoints
-# directory refused (tests/test_multinode.py, about 2 minutes; `make test` runs them too, skipped where not root,
-# but the lost-worker test, which runs here alone: KNOWN_ISSUES).
+# directory refused (tests/test_multinode.py, about 2 minutes; `make test` runs them too, skipped where not root).
 multinode: setup helm
-	SOLOMON_MULTINODE=1 $(BIN)/python -m pytest -q tests/test_multinode.py
+	$(BIN)/python -m pytest -q tests/test_multinode.py
 
 # Serve RUN (a run id or directory; default: the latest run) on 127.0.0.1:$(SERVE_PORT) after verifying it:
 # OpenAI-style /v1/completions, /v1/provenance, /readyz (docs/serving.md). Ctrl-C or SIGTERM drains and stops.

@@ -114,14 +114,6 @@ def test_two_nodes_train_the_bytes_of_one_node_with_two_processes(hosts, built_r
     assert starts == [{"from_step": 0, "torchrun_restarts": [0, 0]}]
 
 
-# This test is flaky: twice of four runs on 2026-12-01 node 0 was still running 300 s after node 1's worker was
-# killed (once beside the parallel suite, once in `make multinode` after the two-node test); twice it passed in about
-# 60 s. Until the restart is understood it runs only in `make multinode` (SOLOMON_MULTINODE=1), not in `make test`
-# (KNOWN_ISSUES).
-@pytest.mark.skipif(
-    os.environ.get("SOLOMON_MULTINODE") != "1",
-    reason="flaky: torchrun's restart hung in 2 of 4 runs (KNOWN_ISSUES); `make multinode` runs it",
-)
 def test_a_lost_worker_is_restarted_by_torchrun_and_the_run_ends_bit_identical(
     built_repo, tmp_path, one_node, hosts
 ) -> None:
