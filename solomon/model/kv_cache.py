@@ -7,7 +7,8 @@ module only calls the model's submodules, so training never runs a line of it.
   position only (the plain forward's logits within rounding: tests/test_engine.py).
 - ``decode`` advances many slots by one token each in one batch. Which rows run is the caller's choice: a matmul's
   rounding depends on its row count, so a caller that wants a row's result independent of the other rows always
-  passes the same rows (``solomon.serving.engine`` passes all of them).
+  passes the same rows (``solomon.serving.engine`` passes all of them). Attention runs per row, over that row's
+  own positions only (no mask, no other row's shape).
 """
 
 from __future__ import annotations
@@ -65,20 +66,21 @@ def prefill(model: GPT, cache: KVCache, slot: int, ids: list[int]) -> tuple[torc
 @torch.no_grad()
 def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """Logits (len(rows), vocab) of token ``ids[i]`` at position ``pos[i]`` of slot ``rows[i]``, every earlier
-    position of that slot coming from the cache. A negative ``pos`` marks a padding row: computed (its shape is
-    the point) but never written, its logits meaningless."""
-    live = pos >= 0
-    pos = pos.clamp(min=0)
-    every_slot = len(rows) == cache.slots and bool((rows == torch.arange(cache.slots)).all())
-    # Row i sees its slot's keys 0..pos[i]: a padding row sees key 0 of its slot, which is finite.
-    mask = (torch.arange(cache.block_size) <= pos[:, None])[:, None, None, :]
-    x = model.wte(ids[:, None]) + model.wpe(pos[:, None])
+    position of that slot coming from the cache. A negative ``pos`` marks a padding row: its projections are
+    computed (the batch's shape is the point) but it attends to nothing and is never written; its logits are
+    meaningless. Attention runs row by row over that row's own positions 0..pos[i] only: its shapes, and so its
+    rounding, are the row's own whatever else runs, and a step reads only the cache it needs."""
+    live = [
+        (i, int(slot), int(p)) for i, (slot, p) in enumerate(zip(rows.tolist(), pos.tolist(), strict=True)) if p >= 0
+    ]
+    x = model.wte(ids[:, None]) + model.wpe(pos.clamp(min=0)[:, None])
     for layer, block in enumerate(model.blocks):
         q, k, v = _heads(block, x)
         keys, values = cache.k[layer], cache.v[layer]
-        keys[rows[live], :, pos[live]] = k[live, :, 0]
-        values[rows[live], :, pos[live]] = v[live, :, 0]
-        if not every_slot:
-            keys, values = keys[rows], values[rows]
-        x = _finish(block, x, F.scaled_dot_product_attention(q, keys, values, attn_mask=mask))
+        y = torch.zeros_like(q)
+        for i, slot, p in live:
+            keys[slot, :, p], values[slot, :, p] = k[i, :, 0], v[i, :, 0]
+            window = slice(slot, slot + 1), slice(None), slice(0, p + 1)
+            y[i] = F.scaled_dot_product_attention(q[i : i + 1], keys[window], values[window])[0]
+        x = _finish(block, x, y)
     return model.lm_head(model.ln_f(x))[:, 0]
