@@ -73,13 +73,15 @@ def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, po
     live = [
         (i, int(slot), int(p)) for i, (slot, p) in enumerate(zip(rows.tolist(), pos.tolist(), strict=True)) if p >= 0
     ]
+    written = torch.tensor([i for i, _, _ in live], dtype=torch.long)  # the live rows, for the cache writes
     x = model.wte(ids[:, None]) + model.wpe(pos.clamp(min=0)[:, None])
     for layer, block in enumerate(model.blocks):
         q, k, v = _heads(block, x)
         keys, values = cache.k[layer], cache.v[layer]
+        keys[rows[written], :, pos[written]] = k[written, :, 0]
+        values[rows[written], :, pos[written]] = v[written, :, 0]
         y = torch.zeros_like(q)
         for i, slot, p in live:
-            keys[slot, :, p], values[slot, :, p] = k[i, :, 0], v[i, :, 0]
             window = slice(slot, slot + 1), slice(None), slice(0, p + 1)
             y[i] = F.scaled_dot_product_attention(q[i : i + 1], keys[window], values[window])[0]
         x = _finish(block, x, y)

@@ -31,6 +31,6 @@ class Limits:
     max_prompt_tokens: int = _limit(256, "the longest prompt a request may send, in tokens", at_least=1)
     max_tokens: int = _limit(256, "the cap on a request's max_tokens", at_least=1)
     max_body_bytes: int = _limit(64 * 1024, "the largest request body, in bytes", at_least=1)
-    slots: int = _limit(8, "sequences generated at once, each in its own KV cache: the decode batch", at_least=1)
+    slots: int = _limit(16, "sequences generated at once, each in its own KV cache: the decode batch", at_least=1)
     queue: int = _limit(8, "sequences waiting for a free slot; beyond them, 429", at_least=0)
     timeout_s: float = _limit(60.0, "seconds per request, from its arrival to its last token", "--timeout", above=0)
