@@ -57,6 +57,26 @@ def flip_last_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def one_line_refusal(call, *args) -> str:
+    """The one-line SolomonError message ``call(*args)`` raises."""
+    from solomon.errors import SolomonError
+
+    with pytest.raises(SolomonError) as caught:
+        call(*args)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    return message
+
+
+def rehash_export(export_dir: Path) -> None:
+    """What a careful forger does after editing an export's file: provenance.json's hashes made to match again."""
+    from solomon.atomic import write_json
+    from solomon.export import record
+
+    provenance = json.loads((export_dir / record.PROVENANCE).read_text())
+    write_json(export_dir / record.PROVENANCE, provenance | {"files": record.exported_files(export_dir)})
+
+
 def dvc(repo: Path, *args: str, check: bool = True):
     return run([DVC, *args], repo, check=check)
 

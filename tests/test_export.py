@@ -10,16 +10,14 @@ import shutil
 from pathlib import Path
 
 import gguf
-import pytest
 import torch
 import yaml
-from conftest import dvc, flip_last_byte, latest_run_dir, tree_digest
+from conftest import dvc, flip_last_byte, latest_run_dir, one_line_refusal, rehash_export, tree_digest
 from safetensors.torch import load_file, save_file
 
 from solomon.atomic import write_json
 from solomon.audit import manifest
 from solomon.data.tokenizer import load_tokenizer
-from solomon.errors import SolomonError
 from solomon.export import record
 from solomon.export.check import verify_export
 from solomon.export.gguf_file import GGUF_FILE, export_gguf
@@ -33,21 +31,6 @@ from solomon.tools.scratch import write_params
 
 PROMPTS = ("In the beginning", "And the LORD said unto Moses", "Blessed are")
 torch.set_num_threads(1)
-
-
-def refusal(call, *args) -> str:
-    """The one-line SolomonError message ``call(*args)`` raises."""
-    with pytest.raises(SolomonError) as caught:
-        call(*args)
-    message = str(caught.value)
-    assert "\n" not in message, message
-    return message
-
-
-def rehash(export_dir: Path) -> None:
-    """What a careful forger does after editing a file: provenance.json's hashes made to match again."""
-    provenance = json.loads((export_dir / record.PROVENANCE).read_text())
-    write_json(export_dir / record.PROVENANCE, provenance | {"files": record.exported_files(export_dir)})
 
 
 def copy(export_dir: Path, dest: Path) -> Path:
@@ -213,8 +196,8 @@ def test_verify_export_fails_on_every_tamper(built_repo: Path, tmp_path: Path) -
         tampered = copy(export, tmp_path / f"case{index}")
         tamper(tampered)
         if forged:
-            rehash(tampered)
-        message = refusal(verify_export, tampered, built_repo)
+            rehash_export(tampered)
+        message = one_line_refusal(verify_export, tampered, built_repo)
         assert expected in message, (expected, message)
     for export in (hf_out, gguf_out):  # the originals were never touched
         assert "verified" in verify_export(export, built_repo)
@@ -226,10 +209,10 @@ def test_refusals_write_nothing_and_a_foreign_provenance_fails(repo_copy: Path, 
     weights_file = repo_copy / "models/model.safetensors"
     backup = weights_file.read_bytes()
     flip_last_byte(weights_file)
-    message = refusal(export_hf, first, repo_copy, out)
+    message = one_line_refusal(export_hf, first, repo_copy, out)
     assert "does not verify: models/model.safetensors: SHA256 mismatch" in message
-    assert "does not verify" in refusal(export_gguf, first, repo_copy, out)
-    assert "does not verify" in refusal(export_mlflow, first, repo_copy, out)
+    assert "does not verify" in one_line_refusal(export_gguf, first, repo_copy, out)
+    assert "does not verify" in one_line_refusal(export_mlflow, first, repo_copy, out)
     assert not out.parent.exists() or not list(out.parent.iterdir())  # not even a staging directory is left
     weights_file.write_bytes(backup)
 
@@ -237,7 +220,7 @@ def test_refusals_write_nothing_and_a_foreign_provenance_fails(repo_copy: Path, 
     occupied.mkdir()
     (occupied / "notes.txt").write_text("mine")
     for export in (export_hf, export_gguf, export_mlflow):
-        assert "exists and is not a Solomon export" in refusal(export, first, repo_copy, occupied)
+        assert "exists and is not a Solomon export" in one_line_refusal(export, first, repo_copy, occupied)
     assert (occupied / "notes.txt").read_text() == "mine" and len(list(occupied.iterdir())) == 1
     export_hf(first, repo_copy, out)
 
@@ -247,13 +230,13 @@ def test_refusals_write_nothing_and_a_foreign_provenance_fails(repo_copy: Path, 
     second = latest_run_dir(repo_copy)
     assert second != first
     other = export_hf(second, repo_copy, tmp_path / "exports" / "hf-second")
-    assert "exists and is an export of another run" in refusal(export_hf, first, repo_copy, other)
+    assert "exists and is an export of another run" in one_line_refusal(export_hf, first, repo_copy, other)
     assert "verified" in verify_export(out, repo_copy)  # the first run's files from the DVC cache now
     assert "verified" in verify_export(other, repo_copy)
 
     foreign = copy(out, tmp_path / "foreign")
     shutil.copy(other / record.PROVENANCE, foreign / record.PROVENANCE)
-    assert "SHA256 mismatch" in refusal(verify_export, foreign, repo_copy)
+    assert "SHA256 mismatch" in one_line_refusal(verify_export, foreign, repo_copy)
 
 
 def test_the_commands_export_verify_and_refuse_a_tampered_export_in_one_line(repo_copy: Path, tmp_path: Path) -> None:

@@ -9,33 +9,17 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 import yaml
-from conftest import flip_last_byte, latest_run_dir
+from conftest import flip_last_byte, latest_run_dir, one_line_refusal, rehash_export
 from serve_helpers import PROMPT, SETTINGS, generated
 
 from solomon.atomic import write_json
 from solomon.audit import manifest
-from solomon.errors import SolomonError
 from solomon.export import record
 from solomon.export.check import verify_export
 from solomon.export.mlflow_model import MLMODEL
 
 SERVED = "data/root"  # where MLflow keeps the model's serving root
-
-
-def refusal(call, *args) -> str:
-    with pytest.raises(SolomonError) as caught:
-        call(*args)
-    message = str(caught.value)
-    assert "\n" not in message, message
-    return message
-
-
-def rehash(export_dir: Path) -> None:
-    """A careful forger's last step: provenance.json's hashes made to match the edited files again."""
-    provenance = json.loads((export_dir / record.PROVENANCE).read_text())
-    write_json(export_dir / record.PROVENANCE, provenance | {"files": record.exported_files(export_dir)})
 
 
 def edit_mlmodel(export_dir: Path, change) -> None:
@@ -102,7 +86,7 @@ def test_verify_export_of_an_mlflow_export_fails_on_every_tamper(built_repo: Pat
         tampered = Path(shutil.copytree(mlflow_export, tmp_path / f"case{index}"))
         tamper(tampered)
         if forged:
-            rehash(tampered)
-        message = refusal(verify_export, tampered, built_repo)
+            rehash_export(tampered)
+        message = one_line_refusal(verify_export, tampered, built_repo)
         assert expected in message, (expected, message)
     assert "verified" in verify_export(mlflow_export, built_repo)  # the original was never touched
