@@ -102,6 +102,9 @@ def test_serving_chart_lints_and_renders_a_pinned_deployment_ready_on_readyz() -
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     server = pod["containers"][0]
     assert server["image"] == f"registry.example.com/solomon:v1@{DIGEST}"
+    scrape = docs["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert scrape["prometheus.io/scrape"] == "true" and scrape["prometheus.io/path"] == "/metrics"
+    assert int(scrape["prometheus.io/port"]) == server["ports"][0]["containerPort"]
     assert server["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert server["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert server["resources"]["limits"] and server["securityContext"]["readOnlyRootFilesystem"] is True
