@@ -23,7 +23,9 @@ def next_token(
         if candidates is None:
             probs, candidates = torch.sort(probs, descending=True)
         before = torch.cumsum(probs, dim=-1) - probs  # the mass of the tokens likelier than each
-        probs = probs.masked_fill(before >= top_p, 0.0)
+        cut = before >= top_p
+        cut[0] = False  # the likeliest token is always in the nucleus, even for a top_p float32 rounds to 0
+        probs = probs.masked_fill(cut, 0.0)
     drawn = _draw(probs, generator)
     return drawn if candidates is None else int(candidates[drawn])
 

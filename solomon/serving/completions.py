@@ -170,9 +170,7 @@ def prepare(served: Served, request: CompletionRequest, limits: Limits) -> Job:
         temperature, top_k = 1.0, 1
     stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     seed = secrets.randbelow(MAX_SEED + 1) if request.seed is None else request.seed
-    # The sampler's float32 rounds a top_p below 2**-126 to 0, which would cut every token: the smallest normal float32
-    # keeps what such a top_p means, the likeliest token alone.
-    top_p = 1.0 if request.top_p is None else max(request.top_p, 2.0**-126)
+    top_p = 1.0 if request.top_p is None else request.top_p
     return Job(
         request.prompt, prompt_ids, max_tokens, temperature, top_k, top_p, seed, stops, request.n,
         request.logprobs, request.echo, request.stream,
