@@ -21,7 +21,6 @@ from solomon.audit.manifest import digest_of
 from solomon.errors import SolomonError
 from solomon.export import MLFLOW, record
 from solomon.export.source import Source, verified_source
-from solomon.hashing import sha256_file
 from solomon.records import SERVING_FILES, WEIGHTS, RunFiles
 from solomon.tracking import pyfunc
 
@@ -78,14 +77,15 @@ def _check_mlmodel(export_dir: Path, expected: Path, source: Source) -> None:
             )
 
 
-def _check_serving_root(export_dir: Path, source: Source, root: Path) -> None:
-    """The weights, model config and tokenizer inside are the manifest's, and so is the run directory's manifest."""
+def _check_serving_root(export_dir: Path, found: dict[str, str], source: Source, root: Path) -> None:
+    """The weights, model config and tokenizer inside are the manifest's (``found``: the export's SHA256 by
+    relative path, as ``record.check_files`` hashed them), and so is the run directory's manifest."""
     served = pyfunc.served_root(export_dir)
     for name in SERVING_FILES:
-        found = sha256_file(served / name)
-        if found != source.sha256[name]:
+        sha256 = found[(served / name).relative_to(export_dir).as_posix()]
+        if sha256 != source.sha256[name]:
             raise SolomonError(
-                f"{served / name}: SHA256 {found[:12]}… is not the manifest's {name} ({source.sha256[name][:12]}…)"
+                f"{served / name}: SHA256 {sha256[:12]}… is not the manifest's {name} ({source.sha256[name][:12]}…)"
             )
     manifest = served / pyfunc.run_path(root, source.run_id) / RunFiles.MANIFEST
     if digest_of(manifest.read_bytes()) != source.manifest_sha256:
@@ -99,7 +99,7 @@ def verify(export_dir: Path, provenance: dict, source: Source, root: Path) -> st
         wanted = record.exported_files(expected)
         found = record.check_files(export_dir, provenance, set(wanted))
         _check_mlmodel(export_dir, expected, source)
-        _check_serving_root(export_dir, source, root)
+        _check_serving_root(export_dir, found, source, root)
         for name in sorted(set(wanted) - {MLMODEL}):
             if found[name] != wanted[name]:
                 raise SolomonError(f"{export_dir / name}: not what run {source.run_id} gives (edited)")

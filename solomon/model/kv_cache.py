@@ -70,16 +70,15 @@ def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, po
     computed (the batch's shape is the point) but it attends to nothing and is never written; its logits are
     meaningless. Attention runs row by row over that row's own positions 0..pos[i] only: its shapes, and so its
     rounding, are the row's own whatever else runs, and a step reads only the cache it needs."""
-    live = [
-        (i, int(slot), int(p)) for i, (slot, p) in enumerate(zip(rows.tolist(), pos.tolist(), strict=True)) if p >= 0
-    ]
-    written = torch.tensor([i for i, _, _ in live], dtype=torch.long)  # the live rows, for the cache writes
+    written = pos >= 0
+    into_slots, into_positions = rows[written], pos[written]  # where the live rows' keys and values go
+    live = [(i, slot, p) for i, (slot, p) in enumerate(zip(rows.tolist(), pos.tolist(), strict=True)) if p >= 0]
     x = model.wte(ids[:, None]) + model.wpe(pos.clamp(min=0)[:, None])
     for layer, block in enumerate(model.blocks):
         q, k, v = _heads(block, x)
         keys, values = cache.k[layer], cache.v[layer]
-        keys[rows[written], :, pos[written]] = k[written, :, 0]
-        values[rows[written], :, pos[written]] = v[written, :, 0]
+        keys[into_slots, :, into_positions] = k[written, :, 0]
+        values[into_slots, :, into_positions] = v[written, :, 0]
         y = torch.zeros_like(q)
         for i, slot, p in live:
             window = slice(slot, slot + 1), slice(None), slice(0, p + 1)

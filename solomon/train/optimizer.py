@@ -6,7 +6,7 @@ so the step (which sets every group's learning rate from the schedule), the sche
 know which. Muon scales its updates with ``adjust_lr_fn="match_rms_adamw"`` (RMS 0.2, Moonshot's rule) so that the
 learning rate and weight decay tuned for AdamW apply to both parts unchanged. The Muon is torch.optim.Muon:
 solomon/train/muon.py's BatchedMuon (the same update and state, one Newton-Schulz product per matrix shape)
-measured 14-18 % slower per optimiser step at the default shape on one thread (solomon/tools/bench/muon.py).
+measured 9-18 % slower per optimiser step at the default shape on one thread (solomon/tools/bench/muon.py).
 """
 
 from __future__ import annotations
