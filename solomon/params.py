@@ -244,11 +244,16 @@ class TrainParams(_Section):
 
 
 class LrParams(_Section):
-    """Noam: lr(s) = peak · min(s / warmup, sqrt(warmup / s)), s the 1-based step."""
+    """Noam: lr(s) = peak · min(s / warmup, sqrt(warmup / s)), s the 1-based step; then an optional cooldown."""
 
-    schedule: Literal["noam"] = Param("noam", "noam, the only schedule")
+    schedule: Literal["noam", "constant"] = Param(
+        "noam", "noam (1/√s decay after the warm-up), or constant (peak held: warm-up–stable–decay with a cooldown)"
+    )
     peak: float = Param(2e-3, "the learning rate at step lr.warmup (the sweep's best with Muon: docs/sweep.md)", gt=0.0)
     warmup: PositiveInt = Param(200, "steps of linear warm-up (docs/warmup.md)")
+    cooldown: Fraction = Param(
+        0.0, "the last fraction of train.max_steps over which the rate falls linearly to zero (0: none; docs/sweep.md)"
+    )
 
 
 class EvalParams(_Section):

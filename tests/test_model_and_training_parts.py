@@ -12,7 +12,7 @@ from solomon.params import LrParams
 from solomon.rng import STREAMS, stream_seed
 from solomon.train.data_order import DataOrder
 from solomon.train.loop import train
-from solomon.train.schedule import NoamSchedule
+from solomon.train.schedule import LrSchedule
 
 torch.set_num_threads(1)
 
@@ -45,11 +45,33 @@ def test_sequence_longer_than_block_size_is_refused() -> None:
 
 
 def test_noam_schedule_warms_up_then_decays() -> None:
-    schedule = NoamSchedule(LrParams(peak=1e-3, warmup=100))
+    schedule = LrSchedule(LrParams(peak=1e-3, warmup=100), max_steps=500)
     assert schedule.lr(0) == pytest.approx(1e-5)
     assert schedule.lr(99) == pytest.approx(1e-3)
     assert schedule.lr(399) == pytest.approx(5e-4)
     assert all(schedule.lr(s) < schedule.lr(s - 1) for s in range(100, 500))
+    # Without a cooldown the state is what checkpoints held before the cooldown existed, so they still resume.
+    assert schedule.state_dict() == {"schedule": "noam", "peak": 1e-3, "warmup": 100}
+
+
+@pytest.mark.parametrize("shape", ["noam", "constant"])
+def test_cooldown_falls_linearly_to_zero_over_the_last_steps(shape: str) -> None:
+    plain = LrSchedule(LrParams(schedule=shape, peak=1e-3, warmup=10), max_steps=100)
+    cooled = LrSchedule(LrParams(schedule=shape, peak=1e-3, warmup=10, cooldown=0.2), max_steps=100)
+    assert [cooled.lr(s) for s in range(80)] == [plain.lr(s) for s in range(80)]  # untouched before the last 20
+    factors = [cooled.lr(s) / plain.lr(s) for s in range(80, 100)]
+    assert factors == pytest.approx([(100 - s) / 21 for s in range(80, 100)])  # 20/21 … 1/21: zero after the end
+    if shape == "constant":
+        assert [plain.lr(s) for s in range(9, 100)] == [1e-3] * 91  # warm-up, then the peak held
+
+
+def test_a_run_with_a_cooldown_cannot_change_max_steps_on_resume() -> None:
+    saved = LrSchedule(LrParams(cooldown=0.3), max_steps=1000).state_dict()
+    LrSchedule(LrParams(cooldown=0.3), max_steps=1000).load_state_dict(saved)
+    with pytest.raises(SolomonError, match=r"cannot change train\.max_steps on resume"):
+        LrSchedule(LrParams(cooldown=0.3), max_steps=2000).load_state_dict(saved)
+    with pytest.raises(ValueError, match="differs from params"):
+        LrSchedule(LrParams(cooldown=0.0), max_steps=1000).load_state_dict(saved)
 
 
 def test_data_order_is_a_pure_function_of_seed_and_step() -> None:

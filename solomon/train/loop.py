@@ -46,7 +46,7 @@ from solomon.train.optimizer import Optimizer, build_optimizer
 from solomon.train.periodic_eval import PeriodicEvaluation
 from solomon.train.resume import resume_point
 from solomon.train.run_log import RunLog
-from solomon.train.schedule import NoamSchedule
+from solomon.train.schedule import LrSchedule
 from solomon.train.signals import StopSignals
 from solomon.train.step import autocast_for, train_step
 from solomon.train.tracker import NoTracking, Tracker
@@ -94,7 +94,7 @@ class Components:
 
     model: GPT
     optimizer: Optimizer
-    schedule: NoamSchedule
+    schedule: LrSchedule
     data_order: DataOrder
     early_stopping: EarlyStopping
     rng: TorchRandomState
@@ -123,7 +123,7 @@ def build_components(
     """A fresh run's components, each seeded from its own stream; a resume then loads their checkpointed state."""
     cfg = params.train
     model = build_model(params, vocab_size)
-    schedule = NoamSchedule(params.lr)
+    schedule = LrSchedule(params.lr, cfg.max_steps)
     data_order = DataOrder(
         stream_seed(cfg.seed, "data"), n_tokens, params.model.block_size, cfg.batch_size, cfg.accum_steps, world_size
     )

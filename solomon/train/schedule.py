@@ -1,29 +1,56 @@
-"""The learning-rate schedule: Noam (Vaswani et al. 2017), written with its peak value.
+"""The learning-rate schedule: a warm-up to ``peak``, a decay shape, and an optional linear cooldown to zero.
 
-lr(s) = peak · min(s / warmup, sqrt(warmup / s)) for the 1-based step s: linear warm-up to ``peak`` at step
-``warmup``, then inverse-square-root decay. The original's d_model^-0.5 factor is folded into ``peak``.
+For the 1-based step s:
+- ``noam`` (Vaswani et al. 2017, written with its peak value): lr(s) = peak · min(s / warmup, sqrt(warmup / s)),
+  linear warm-up to ``peak`` at step ``warmup``, then inverse-square-root decay (the original's d_model^-0.5 factor
+  is folded into ``peak``);
+- ``constant``: the same warm-up, then ``peak`` held: with a cooldown, warm-up–stable–decay (Hägele et al. 2024).
+
+``cooldown`` > 0 multiplies the last ``round(cooldown · max_steps)`` steps by a factor falling linearly to zero, so
+the rate reaches zero where the run ends (the step after its last one). The cooldown is fixed by ``max_steps``:
+a run with one cannot change ``train.max_steps`` on resume, since the rate of steps it already took would change.
 """
 
 from __future__ import annotations
 
 import math
 
+from solomon.errors import SolomonError
 from solomon.params import LrParams
 
 
-class NoamSchedule:
-    def __init__(self, params: LrParams) -> None:
+class LrSchedule:
+    def __init__(self, params: LrParams, max_steps: int) -> None:
+        self.shape = params.schedule
         self.peak = params.peak
         self.warmup = params.warmup
+        self.cooldown = params.cooldown
+        self.max_steps = max_steps
+        self.cooldown_steps = round(params.cooldown * max_steps)
 
     def lr(self, step: int) -> float:
         """Learning rate for the 0-based optimiser step ``step``."""
         s = step + 1
-        return self.peak * min(s / self.warmup, math.sqrt(self.warmup / s))
+        decay = math.sqrt(self.warmup / s) if self.shape == "noam" else 1.0
+        rate = self.peak * min(s / self.warmup, decay)
+        steps_left = self.max_steps - step  # 1 at the last step
+        if self.cooldown_steps and steps_left <= self.cooldown_steps:
+            rate *= max(steps_left, 0) / (self.cooldown_steps + 1)
+        return rate
 
     def state_dict(self) -> dict:
-        return {"schedule": "noam", "peak": self.peak, "warmup": self.warmup}
+        state = {"schedule": self.shape, "peak": self.peak, "warmup": self.warmup}
+        if self.cooldown_steps:  # absent otherwise, so checkpoints from before the cooldown existed still load
+            state |= {"cooldown": self.cooldown, "max_steps": self.max_steps}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        if state != self.state_dict():
-            raise ValueError(f"checkpoint schedule {state} differs from params {self.state_dict()}")
+        if state == self.state_dict():
+            return
+        if self.cooldown_steps and state.get("max_steps", self.max_steps) != self.max_steps:
+            raise SolomonError(
+                f"the checkpoint's cooldown ends at step {state['max_steps']}, params say train.max_steps "
+                f"{self.max_steps}: a run with lr.cooldown > 0 cannot change train.max_steps on resume (the rate of "
+                "steps already taken would change); keep it, or start a new run"
+            )
+        raise ValueError(f"checkpoint schedule {state} differs from params {self.state_dict()}")
