@@ -5,7 +5,8 @@ list is wanted. The file is read as YAML 1.2 reads numbers (``1e-3`` is a float,
 would read a string).
 
 Every default below is params.yaml's value (tests/test_defaults.py holds them equal): params.yaml is what users
-edit and DVC tracks; the defaults only fill sections that tests and older run directories leave out.
+edit and DVC tracks; the defaults only fill sections that tests and older run directories leave out. A param
+added later defaults to what the code did before it existed, so older records (checkpoints, docs runs) stay valid.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from solomon.errors import SolomonError
-from solomon.params import flatten, read_yaml
+from solomon.params import Params, flatten, read_yaml
 from solomon.records import PARAMS_FILE, RECORD_FILES, RunFiles, read_evals, read_json, read_reliability, read_steps
 from solomon.tools.experiments.spec import nest, run_settings
 from solomon.tools.scratch import merge
@@ -56,8 +56,11 @@ def read_results(data: Path, runs: list[str]) -> dict[str, dict]:
 
 def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]:
     """One line per run of the page whose recorded params.yaml is not what its command gives on ``params`` (the
-    current params.yaml, nested) — its numbers are from another recipe — naming the first differing keys."""
+    current params.yaml, nested) — its numbers are from another recipe — naming the first differing keys. A key
+    the record lacks is a param added since; at its declared default it is no difference, since a new param's
+    default is what the code did before it existed (solomon/params.py)."""
     stale = []
+    declared = flatten(Params().model_dump(mode="json"), "")
     for run, settings in run_settings(spec, page, flatten(params, "params")).items():
         recorded_path = data_dir(docs_dir, page) / run / RunFiles.PARAMS
         if not recorded_path.is_file():
@@ -69,6 +72,7 @@ def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]
             f"{key} ran {recorded.get(key, '(unset)')!r}, now {expected.get(key, '(unset)')!r}"
             for key in sorted(recorded.keys() | expected.keys())
             if recorded.get(key) != expected.get(key)
+            and not (key not in recorded and key in declared and expected.get(key) == declared[key])
         ]
         if differing:
             stale.append(f"{page}/{run}: " + "; ".join(differing[:3]) + ("; …" if len(differing) > 3 else ""))
