@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check multinode serve browser helm plots-template bench soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check multinode test-long serve browser helm plots-template bench soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -153,7 +153,12 @@ helm: setup
 # Two workers, one per core (each test process uses one torch thread); a test file stays on one worker, so its
 # module fixtures are built once.
 test: setup browser helm plots-template
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not long"
+
+# The tests marked long (a minute or more each on 2 cores): random SIGKILLs of `dvc repro`, the docs runner's real
+# experiments, the simulated hosts of `make multinode`. CI runs them in a job of their own (.gitlab-ci.yml).
+test-long: setup helm
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m long
 
 # The unit tier: every test not marked slow (no pipeline, training process, server, browser or external tool).
 test-fast: setup

@@ -1,11 +1,11 @@
-"""`make chaos` in CI: a couple of trials of random SIGKILLs of `dvc repro`, each compared byte for byte."""
+"""`make test-long` (CI's test-long job): a couple of trials of random SIGKILLs of `dvc repro`, each compared byte for byte."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # about 90 s
 
 
 def test_random_kills_of_dvc_repro_resume_to_the_same_bytes() -> None:

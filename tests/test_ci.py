@@ -59,11 +59,13 @@ def test_the_jobs_run_the_projects_own_commands_in_order() -> None:
         "lint": "lint",
         "helm-lint": "lint",
         "test": "test",
+        "test-long": "test",
         "smoke": "smoke",
         "review": "review",
         "promote": "promote",
     }
     assert jobs["test"]["script"] == [".ci/run"]  # exactly the README's test command, as .ci/run
+    assert jobs["test-long"]["script"] == ["make test-long"]  # the minute-long tests `make test` leaves out
     lint = " ".join(jobs["lint"]["script"])
     for tool in ("make lint", "hadolint Dockerfile", "yamllint --strict", "check-jsonschema"):
         assert tool in lint

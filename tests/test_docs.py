@@ -103,6 +103,7 @@ def test_the_spec_reads_numbers_as_params_yaml_does(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # about 70 s
 def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path: Path) -> None:
     tiny = flatten(TINY_OVERRIDES) | {
         "train.max_steps": 6,

@@ -3,7 +3,7 @@ one rank per node, the tiny pipeline's train stage. The two-node run trains the 
 run; a lost worker is restarted by torchrun and the run still ends with those bytes; a lost node ends the survivor
 in bounded time and a later one-node run resumes; a node that does not share the checkpoints is refused.
 
-They need root and `ip` (they skip, saying why, elsewhere); `make multinode` runs them alone, `make test` with the rest.
+They need root and `ip` (they skip, saying why, elsewhere); `make multinode` runs them alone, `make test-long` with the other minute-long tests.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from solomon.tools.scratch import pipeline_env
 from solomon.train.distributed import torchrun_command
 from solomon.train.hooks import pause_environment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # about 2 minutes in all
 COUNTER = itertools.count()
 TWO_RANKS = {"train": {"nproc": 2, "accum_steps": 1, "threads": 1}}
 PORT = 29400

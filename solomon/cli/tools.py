@@ -35,6 +35,14 @@ def register(commands: argparse._SubParsersAction) -> None:
         command.add_argument("page", nargs="*", help="pages of docs/experiments.yaml (default: all)")
         add_root(command)
         command.set_defaults(func=_docs)
+    nanogpt = docs.add_parser(
+        "nanogpt",
+        help="train nanoGPT (a checkout at the pinned commit) for the wall time of the sweep's default run on its "
+        "tokens, score it with Solomon's evaluator, redraw docs/nanogpt.md (minutes)",
+    )
+    nanogpt.add_argument("--checkout", required=True, type=Path, help="a git checkout of karpathy/nanoGPT")
+    add_root(nanogpt)
+    nanogpt.set_defaults(func=_docs_nanogpt)
 
 
 def _register_bench_serving(bench: argparse.ArgumentParser) -> None:
@@ -164,6 +172,20 @@ def _bench(args: argparse.Namespace) -> None:
     print(f"written: {out}")
 
 
+def _docs_nanogpt(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from solomon.tools.nanogpt import page
+    from solomon.tools.nanogpt.run import beside
+
+    root = Path(args.root).resolve()
+    with tempfile.TemporaryDirectory(prefix="solomon-nanogpt-") as scratch:
+        record = beside(page.solomon_result(root / "docs"), args.checkout.resolve(), root, Path(scratch))
+    print(f"nanogpt: {record['wall_s']} s, val {record['metrics']['val']['bits_per_byte']} bits per byte")
+    print(f"docs: {page.save_record(root / 'docs', record)}")
+    print(f"docs: {page.render(root / 'docs')}")
+
+
 def _docs(args: argparse.Namespace) -> None:
     import tempfile
 
@@ -171,6 +193,7 @@ def _docs(args: argparse.Namespace) -> None:
     from solomon.tools.experiments.results import data_dir, stale_runs
     from solomon.tools.experiments.runner import run_page
     from solomon.tools.experiments.spec import SPEC, load_spec, read_params
+    from solomon.tools.nanogpt import page as nanogpt_page
 
     root = Path(args.root).resolve()
     spec = load_spec(root / SPEC)
@@ -188,5 +211,7 @@ def _docs(args: argparse.Namespace) -> None:
                 rss = f", peak RSS {figures['peak_rss_mib']} MiB" if "peak_rss_mib" in figures else ""
                 print(f"{page}/{run}: {figures['wall_s']} s{rss}")
         print(f"docs: {render_page(spec, page, docs, params)}")
+        if page == nanogpt_page.SOLOMON_RUN[0] and (drawn := nanogpt_page.render(docs)):
+            print(f"docs: {drawn}")  # the page drawn beside this one's run
         for line in stale_runs(spec, page, docs, params):
             print(f"docs: warning: {line}: rerun `solomon docs run {page}`", file=sys.stderr)

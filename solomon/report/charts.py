@@ -180,6 +180,11 @@ def write_pngs(
     return names
 
 
+def save_chart_png(chart: Chart, path: Path) -> None:
+    """One chart drawn and saved as a PNG (a docs page's own chart, beside the comparisons below)."""
+    _save_png(_draw(chart), path)
+
+
 def write_comparison_pngs(kinds: list[str], runs: dict[str, dict], out_dir: Path) -> list[str]:
     """Write ``<kind>.png`` into ``out_dir`` for each of ``kinds`` (of ``COMPARISONS``), every run on one axis;
     ``runs`` maps a run to its records (steps, evals, reliability); return the names."""

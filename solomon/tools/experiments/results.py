@@ -33,8 +33,8 @@ def data_dir(docs_dir: Path, page: str) -> Path:
 
 
 def read_results(data: Path, runs: list[str]) -> dict[str, dict]:
-    """{run: {metrics, train_metrics, train_run, measured, steps, evals, reliability}} from a page's data
-    directory."""
+    """{run: {metrics, train_metrics, train_run, measured, steps, evals, reliability, params}} from a page's data
+    directory (params: the params.yaml it ran with, nested; None for data made before the runner kept it)."""
     results = {}
     for run in runs:
         folder = data / run
@@ -50,6 +50,7 @@ def read_results(data: Path, runs: list[str]) -> dict[str, dict]:
             "steps": read_steps(folder / RunFiles.STEP_LOG),
             "evals": read_evals(folder / RunFiles.EVAL_LOG),
             "reliability": read_reliability(folder),
+            "params": read_yaml(folder / RunFiles.PARAMS) if (folder / RunFiles.PARAMS).is_file() else None,
         }
     return results
 

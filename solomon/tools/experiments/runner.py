@@ -16,7 +16,7 @@ from solomon.hashing import sha256_file
 from solomon.pipeline import dvc_executable
 from solomon.records import WEIGHTS, RunFiles, read_json
 from solomon.tools.experiments.results import EXP_SHOW_COMMAND, EXP_SHOW_TABLE, MEASURED, RESULT_FILES, THEN_LOG
-from solomon.tools.experiments.spec import RUN_QUEUE, commands, default_values, queued, run_entry
+from solomon.tools.experiments.spec import RUN_QUEUE, commands, default_values, experiment_name, queued, run_entry
 from solomon.tools.scratch import make_scratch_repo, pipeline_env
 
 # `dvc exp show` for review (`make exps`, the docs' tables): the params that differ and the results (metrics.json,
@@ -109,7 +109,7 @@ def _run_queued_page(spec: dict, page: str, source: Path, repo: Path, data_dir: 
         queue = {run: _measured_run(lines[0], repo) for run, lines in runs.items()}
         whole = _measured_run(RUN_QUEUE, repo)
         for run, queued_line in queue.items():
-            _dvc(["exp", "apply", f"{page}-{run}"], repo)
+            _dvc(["exp", "apply", experiment_name(spec, page, run)], repo)
             out = _keep_results(repo, tmp / run)
             train_run = read_json(out / RunFiles.TRAIN_RUN)
             measured[run] = {

@@ -2,7 +2,8 @@
 
 It holds ``base`` (params every run sets: small enough for 2 cores) and ``pages``: per page its ``runs`` (name →
 params), ``charts`` and ``columns`` (metrics for the results table), and optionally ``params`` that all of the
-page's runs hold (the recipe a page studies, where it is not the default's). Every command of a page sets every key
+page's runs hold (the recipe a page studies, where it is not the default's), ``queue`` (queue its runs) and
+``prefix`` (its experiments' names start with it; the page's name by default). Every command of a page sets every key
 that any of its runs changes, so the commands do not depend on the order they run in, nor on what the workspace
 held before.
 """
@@ -43,6 +44,8 @@ def load_spec(path: Path = SPEC) -> dict:
             raise SolomonError(f"{path}: page {page} has no `{missing[0]}`: give runs, charts and columns")
         if not isinstance(entry.get("params", {}), dict):
             raise SolomonError(f"{path}: page {page}: `params` must map params to the values all its runs hold")
+        if not isinstance(entry.get("prefix", page), str) or not entry.get("prefix", page):
+            raise SolomonError(f"{path}: page {page}: `prefix` must be a non-empty name for its experiments")
         if not isinstance(entry.get("queue", False), bool):
             raise SolomonError(f"{path}: page {page}: `queue` must be true or false")
         unknown = [chart for chart in entry["charts"] if chart not in COMPARISONS]
@@ -101,14 +104,20 @@ def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
         flags = " ".join(f"-S {shlex.quote(f'{key}={_setting(value)}')}" for key, value in settings.items())
         fresh = "rm -rf checkpoints && " if options.get("fresh") else ""
         queue = "--queue " if queued(spec, page) else ""
-        lines = [f"dvc exp run {queue}-n {page}-{run} {flags}"]
+        lines = [f"dvc exp run {queue}-n {experiment_name(spec, page, run)} {flags}"]
         if "kill_after_step" in options:
             crash = crash_environment("after-step", int(options["kill_after_step"]))
             variables = " ".join(f"{name}={shlex.quote(value)}" for name, value in crash.items())
-            lines.insert(0, f"{variables} dvc exp run -n {page}-{run}-killed {flags}")
+            lines.insert(0, f"{variables} dvc exp run -n {experiment_name(spec, page, run)}-killed {flags}")
         lines[0] = fresh + lines[0]
         result[run] = lines
     return result
+
+
+def experiment_name(spec: dict, page: str, run: str) -> str:
+    """A run's DVC experiment name: ``<prefix>-<run>``, the prefix the page's own name unless it sets ``prefix``
+    (a page renamed after its runs were made keeps the names they were made under)."""
+    return f"{spec['pages'][page].get('prefix', page)}-{run}"
 
 
 def fixed_settings(spec: dict, page: str) -> dict:

@@ -1,0 +1,208 @@
+"""nanoGPT trained on Solomon's token files for the same wall time as a Solomon run, then scored by Solomon.
+
+nanoGPT is not vendored: the user passes a checkout of karpathy/nanoGPT at ``COMMIT`` and its own ``train.py``,
+``model.py`` and ``configurator.py`` run unchanged, in a scratch directory that holds them beside Solomon's
+train/val tokens in nanoGPT's layout (``data/<dataset>/{train,val}.bin``, uint16, and ``meta.pkl``). Its recipe is
+its own small-model one (``config/train_shakespeare_char.py``) at the shape of the Solomon run it is set beside;
+its ``max_iters`` (and with it its cosine decay) is sized from a short timing run so that its training takes the
+Solomon run's wall time. Its best checkpoint (nanoGPT keeps the one with the lowest val estimate) is then loaded
+into Solomon's GPT, the same architecture under other names, and scored by the evaluate stage's code on the whole
+val and test splits, as any Solomon model is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from solomon.errors import SolomonError, last_line
+from solomon.evaluation.evaluate import evaluate
+from solomon.hashing import sha256_file
+from solomon.model import weights
+from solomon.model.gpt import GPT, GPTConfig
+from solomon.params import EvalParams
+from solomon.records import TOKENIZER, TOKENS_DIR
+
+REPOSITORY = "https://github.com/karpathy/nanoGPT"
+COMMIT = "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"  # the newest commit of 2026-12-01 ("mention nanochat")
+FILES = ("train.py", "model.py", "configurator.py")
+DATASET = "solomon"
+# nanoGPT's recipe for a small model (config/train_shakespeare_char.py), CPU settings, and what Solomon sets:
+RECIPE = {
+    "learning_rate": 1e-3,  # "with baby networks can afford to go a bit higher"
+    "min_lr": 1e-4,  # learning_rate / 10: the cosine decay's floor, reached at lr_decay_iters
+    "beta2": 0.99,  # "bigger because number of tokens per iter is small"
+    "warmup_iters": 100,
+    "dropout": 0.2,
+    "weight_decay": 0.1,  # train.py's default, as grad_clip 1.0 and beta1 0.9
+    "bias": False,
+    "gradient_accumulation_steps": 1,
+    "always_save_checkpoint": False,  # keep the checkpoint of the best val estimate, as its small recipe does
+    "device": "cpu",
+    "compile": False,  # on CPU without a compiler toolchain set up; Solomon's default does not compile either
+    "log_interval": 10,
+}
+SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "batch_size")
+TIMING_ITERS = 40  # the timing run's iterations; the first TIMING_SKIP are not counted (warm-up of the allocator)
+TIMING_SKIP = 10
+EVALS = 8  # evaluations over the run (nanoGPT's eval_interval = max_iters / EVALS)
+ITER_LINE = re.compile(r"^iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
+EVAL_LINE = re.compile(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
+
+
+def check_checkout(checkout: Path) -> str:
+    """The checkout's commit, which must be ``COMMIT`` with its three files as committed."""
+    missing = [name for name in FILES if not (checkout / name).is_file()]
+    if missing:
+        raise SolomonError(f"{checkout} is not a nanoGPT checkout ({missing[0]} is missing): git clone {REPOSITORY}")
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    changed = subprocess.run(
+        ["git", "-C", str(checkout), "status", "--porcelain", "--", *FILES], capture_output=True, text=True
+    )
+    if head.returncode or head.stdout.strip() != COMMIT or changed.stdout.strip():
+        raise SolomonError(
+            f"{checkout} is not nanoGPT at {COMMIT[:8]} with {', '.join(FILES)} unchanged: "
+            f"run `git -C {checkout} checkout {COMMIT}` (another commit is another comparison)"
+        )
+    return COMMIT
+
+
+def prepare(checkout: Path, tokens_dir: Path, scratch: Path, vocab_size: int) -> Path:
+    """nanoGPT's files and Solomon's tokens in nanoGPT's layout, in ``scratch``; returns its working directory."""
+    work = scratch / "nanogpt"
+    data = work / "data" / DATASET
+    data.mkdir(parents=True)
+    for name in FILES:
+        shutil.copyfile(checkout / name, work / name)
+    for split in ("train", "val"):  # nanoGPT reads uint16 tokens, Solomon's own dtype at this vocabulary
+        shutil.copyfile(tokens_dir / f"{split}.bin", data / f"{split}.bin")
+    with open(data / "meta.pkl", "wb") as handle:
+        pickle.dump({"vocab_size": vocab_size}, handle)
+    return work
+
+
+def _train(work: Path, settings: dict, threads: int, out_dir: str) -> tuple[list[tuple[float, str]], float]:
+    """Run nanoGPT's train.py with ``settings`` (its command-line overrides); return (its stdout lines, each with
+    the seconds since start when it came, and the whole run's wall seconds)."""
+    args = [f"--{key}={value}" for key, value in settings.items()] + [f"--dataset={DATASET}", f"--out_dir={out_dir}"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    start = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "train.py", *args], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    lines = [(round(time.monotonic() - start, 3), line.rstrip("\n")) for line in process.stdout]
+    if process.wait():
+        raise SolomonError(
+            f"nanoGPT's train.py exited {process.returncode}: {last_line(chr(10).join(text for _, text in lines))}"
+        )
+    return lines, round(time.monotonic() - start, 1)
+
+
+def seconds_per_iter(work: Path, shape: dict, threads: int) -> float:
+    """nanoGPT's own per-iteration time at this shape, from a short run (its ``time …ms`` lines)."""
+    settings = RECIPE | shape | {"max_iters": TIMING_ITERS, "eval_interval": 10**6, "eval_iters": 1, "log_interval": 1}
+    lines, _ = _train(work, settings, threads, "out-timing")
+    times = [float(m[3]) / 1000 for _, line in lines if (m := ITER_LINE.match(line)) and int(m[1]) >= TIMING_SKIP]
+    if not times:
+        raise SolomonError("nanoGPT's timing run printed no `iter` lines: is the checkout nanoGPT's train.py?")
+    return sorted(times)[len(times) // 2]
+
+
+def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape: dict, seconds: float,
+        threads: int, eval_tokens: int) -> dict:  # fmt: skip
+    """Train nanoGPT for about ``seconds`` at ``shape`` and score it; return its record (settings, times, curves,
+    Solomon's metrics of its model, reliability bins), the files it wrote staying in ``scratch``."""
+    commit = check_checkout(checkout)
+    vocab_size = json.loads((tokens_dir / "meta.json").read_text(encoding="utf-8"))["vocab_size"]
+    work = prepare(checkout, tokens_dir, scratch, vocab_size)
+    per_iter = seconds_per_iter(work, shape, threads)
+    # Its evaluations take time too: EVALS + 1 of them (step 0 included), each eval_iters batches of train and of
+    # val, sized as Solomon's eval subset; a batch without backward costs about a third of a training iteration.
+    eval_iters = max(1, round(eval_tokens / (shape["batch_size"] * shape["block_size"])))
+    eval_s = (EVALS + 1) * 2 * eval_iters * per_iter / 3
+    max_iters = EVALS * max(1, round((seconds - eval_s) / per_iter / EVALS))
+    settings = RECIPE | shape | {"max_iters": max_iters, "lr_decay_iters": max_iters,
+                                 "eval_interval": max_iters // EVALS, "eval_iters": eval_iters}  # fmt: skip
+    lines, wall_s = _train(work, settings, threads, "out")
+    evals = [
+        {"step": int(m[1]), "train_loss": float(m[2]), "val_loss": float(m[3]), "t": t}
+        for t, line in lines
+        if (m := EVAL_LINE.match(line))
+    ]
+    iters = [
+        {"iter": int(m[1]), "loss": float(m[2]), "ms": float(m[3]), "t": t}
+        for t, line in lines
+        if (m := ITER_LINE.match(line))
+    ]
+    model_dir, reliability = scratch / "model", scratch / "reliability"
+    checkpoint = torch.load(work / "out" / "ckpt.pt", map_location="cpu", weights_only=False)
+    weights.save(to_solomon(checkpoint["model"], checkpoint["model_args"]), model_dir)
+    metrics = evaluate(
+        EvalParams(threads=threads), model_dir, tokens_dir, tokenizer, scratch / "metrics.json", reliability
+    )
+    return {
+        "nanogpt": {"repository": REPOSITORY, "commit": commit, "settings": settings, "threads": threads},
+        "timing": {"seconds_per_iter": per_iter, "target_s": seconds},
+        "wall_s": wall_s,
+        "best_iter": int(checkpoint["iter_num"]),
+        "tokens": max_iters * shape["batch_size"] * shape["block_size"],
+        "data": {split: sha256_file(tokens_dir / f"{split}.bin") for split in ("train", "val", "test")},
+        "model_sha256": sha256_file(model_dir / weights.WEIGHTS_FILE),
+        "metrics": metrics,
+        "evals": evals,
+        "iters": iters,
+        "reliability": {split: json.loads((reliability / f"{split}.json").read_text()) for split in ("val", "test")},
+    }
+
+
+# nanoGPT's names → Solomon's: the same pre-LayerNorm GPT-2 block, learned positions and tied embeddings.
+RENAMES = (
+    ("transformer.wte.", "wte."),
+    ("transformer.wpe.", "wpe."),
+    ("transformer.ln_f.", "ln_f."),
+    ("transformer.h.", "blocks."),
+    (".attn.c_attn.", ".attn.qkv."),
+    (".attn.c_proj.", ".attn.proj."),
+    (".mlp.c_fc.", ".mlp.fc."),
+    (".mlp.c_proj.", ".mlp.proj."),
+)
+
+
+def to_solomon(state: dict, model_args: dict) -> GPT:
+    """nanoGPT's model state (``ckpt.pt``'s ``model``; ``_orig_mod.`` stripped where it was compiled) as Solomon's
+    GPT; every tensor must find its place."""
+    config = GPTConfig(**{key: model_args[key] for key in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")},
+                       bias=model_args["bias"])  # fmt: skip
+    renamed = {}
+    for name, tensor in state.items():
+        name = name.removeprefix("_orig_mod.")
+        for old, new in RENAMES:
+            name = name.replace(old, new)
+        renamed[name] = tensor
+    model = GPT(config)
+    missing, unexpected = model.load_state_dict(renamed, strict=False)
+    if [m for m in missing if m != weights.TIED] or unexpected:
+        raise SolomonError(
+            f"nanoGPT's checkpoint does not map onto Solomon's GPT: missing {missing}, unexpected {unexpected}"
+        )
+    return model.eval()
+
+
+def beside(solomon: dict, checkout: Path, root: Path, scratch: Path) -> dict:
+    """nanoGPT at the shape, threads and training wall time of the Solomon run ``solomon`` (a docs page's results),
+    on the workspace's tokens (``root``'s data/)."""
+    params, train_run = solomon["params"], solomon["train_run"]
+    shape = {key: params["model"][key] for key in SHAPE if key in params["model"]}
+    shape["batch_size"] = params["train"]["batch_size"]
+    return run(checkout, root / TOKENS_DIR, root / TOKENIZER, scratch, shape, train_run["wall_s"],
+               train_run["threads"], params["train"]["eval_tokens"])  # fmt: skip

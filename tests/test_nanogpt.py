@@ -1,0 +1,64 @@
+"""The nanoGPT comparison's own parts: a nanoGPT checkpoint maps onto Solomon's GPT tensor for tensor, a checkout
+that is not nanoGPT at the pinned commit is refused, and docs/nanogpt.md is what its data renders to. (Running
+nanoGPT needs its checkout, which CI cannot fetch: `solomon docs nanogpt --checkout DIR` does, docs/nanogpt.md.)"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+from solomon.errors import SolomonError
+from solomon.model.gpt import GPT, GPTConfig
+from solomon.tools.nanogpt import page
+from solomon.tools.nanogpt.run import COMMIT, FILES, RENAMES, check_checkout, to_solomon
+
+
+def _as_nanogpt(model: GPT) -> dict:
+    """Solomon's state under nanoGPT's names, as a compiled nanoGPT model saves it (``_orig_mod.`` first)."""
+    state = {}
+    for name, tensor in model.state_dict().items():
+        for theirs, ours in RENAMES:  # a top-level name is a prefix; a block's part is inside the name
+            name = theirs + name.removeprefix(ours) if name.startswith(ours) else name.replace(ours, theirs)
+        state[f"_orig_mod.{name}"] = tensor.clone()
+    return state
+
+
+def test_a_nanogpt_checkpoint_is_solomons_gpt_under_other_names() -> None:
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
+    model = GPT(config).eval()
+    state = _as_nanogpt(model)
+    assert any(name.startswith("_orig_mod.transformer.h.1.attn.c_attn.") for name in state)
+    args = {"vocab_size": 64, "block_size": 16, "n_layer": 2, "n_head": 2, "n_embd": 32, "bias": False}
+    loaded = to_solomon(state, args)
+    tokens = torch.randint(0, 64, (2, 16))
+    assert torch.equal(loaded(tokens)[0], model(tokens)[0])
+    state["_orig_mod.transformer.h.0.attn.bias"] = torch.ones(1)  # a tensor with no place in Solomon's GPT
+    with pytest.raises(SolomonError, match="does not map onto Solomon's GPT"):
+        to_solomon(state, args)
+
+
+def test_only_nanogpt_at_the_pinned_commit_with_its_files_unchanged_is_accepted(tmp_path: Path) -> None:
+    with pytest.raises(SolomonError, match="is not a nanoGPT checkout.*git clone"):
+        check_checkout(tmp_path)
+    for name in FILES:
+        (tmp_path / name).write_text("# not nanoGPT\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"], check=True
+    )
+    with pytest.raises(SolomonError, match=f"checkout {COMMIT}"):
+        check_checkout(tmp_path)
+
+
+def test_the_nanogpt_page_is_what_its_data_renders_to(tmp_path: Path) -> None:
+    docs = shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    assert page.render(docs) is not None, "docs/nanogpt/data/nanogpt.json is missing: run `solomon docs nanogpt`"
+    assert (docs / "nanogpt.md").read_bytes() == (ROOT / "docs" / "nanogpt.md").read_bytes()
+    assert (docs / "nanogpt" / "val_loss.png").read_bytes() == (ROOT / "docs" / "nanogpt" / "val_loss.png").read_bytes()
