@@ -167,3 +167,25 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     assert measured["ls-0.2"]["command"] in page and "| ls-0.2 " in page and crash["command"] in page
     assert then.strip() in page
     assert all((docs / "smoothing" / f"{chart}.png").stat().st_size > 1000 for chart in ("reliability", "loss", "lr"))
+
+
+def test_a_param_added_since_a_run_is_no_difference_at_its_default_but_is_at_another(tmp_path: Path) -> None:
+    """A run recorded before a param existed trained as that param's default does (a new param defaults to the
+    code's old behaviour): its page is not marked stale, until params.yaml sets the param to something else."""
+    spec = {"base": {"train.max_steps": 5}, "pages": {"p": {"runs": {"a": {}}, "charts": [], "columns": {}}}}
+    params = read_params(ROOT)
+    recorded = yaml.safe_load((ROOT / "params.yaml").read_text())
+    recorded["train"]["max_steps"] = 5
+    del recorded["lr"]["cooldown"]  # as a run made before lr.cooldown existed recorded it
+    (tmp_path / "p/data/a").mkdir(parents=True)
+    (tmp_path / "p/data/a/params.yaml").write_text(yaml.safe_dump(recorded))
+    assert stale_runs(spec, "p", tmp_path, params) == []
+    params["lr"]["cooldown"] = 0.3
+    assert stale_runs(spec, "p", tmp_path, params) == ["p/a: lr.cooldown ran '(unset)', now 0.3"]
+
+
+def test_a_renamed_page_names_its_experiments_as_they_were_made() -> None:
+    spec = {"base": {}, "pages": {"p": {"runs": {"a": {"lr.peak": 0.5}}, "charts": [], "columns": {}}}}
+    assert commands(spec, "p", {"params.lr.peak": 0.001}) == {"a": ["dvc exp run -n p-a -S lr.peak=0.5"]}
+    spec["pages"]["p"]["prefix"] = "sweep"
+    assert commands(spec, "p", {"params.lr.peak": 0.001}) == {"a": ["dvc exp run -n sweep-a -S lr.peak=0.5"]}

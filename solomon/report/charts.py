@@ -144,7 +144,8 @@ def _comparison(kind: str, runs: dict[str, dict]) -> Chart:
     if kind == "loss":  # from just under the lowest loss to above the first evaluation: not the first steps
         # (with label smoothing the training loss includes the smoothing term, so it can sit above validation's)
         limits = (None, (lowest - 0.1, highest + 0.2))
-        return Chart((7, 3.6), lines, "step", "loss (nats/token)", limits=limits, legend=7)
+        title = "train: in training mode (each run's dropout and label smoothing); validation: neither"
+        return Chart((7, 3.6), lines, "step", "loss (nats/token)", title=title, limits=limits, legend=7)
     if kind == "lr":
         return Chart((7, 3.6), lines, "step", "learning rate", legend=7)
     lines.append(Line([0, 1], [0, 1], "calibrated", ("--",), {"color": "grey", "linewidth": 1}))
