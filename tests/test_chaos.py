@@ -1,4 +1,5 @@
-"""`make test-long` (CI's test-long job): a couple of trials of random SIGKILLs of `dvc repro`, each compared byte for byte."""
+"""`make test-long` (CI's test-long job): a couple of trials of random SIGKILLs of `dvc repro`, each compared byte
+for byte."""
 
 from __future__ import annotations
 

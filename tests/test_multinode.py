@@ -3,7 +3,8 @@ one rank per node, the tiny pipeline's train stage. The two-node run trains the 
 run; a lost worker is restarted by torchrun and the run still ends with those bytes; a lost node ends the survivor
 in bounded time and a later one-node run resumes; a node that does not share the checkpoints is refused.
 
-They need root and `ip` (they skip, saying why, elsewhere); `make multinode` runs them alone, `make test-long` with the other minute-long tests.
+They need root and `ip` (they skip, saying why, elsewhere); `make multinode` runs them
+alone, `make test-long` with the other minute-long tests.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def test_a_nanogpt_checkpoint_is_solomons_gpt_under_other_names() -> None:
 
 
 def test_only_nanogpt_at_the_pinned_commit_with_its_files_unchanged_is_accepted(tmp_path: Path) -> None:
-    with pytest.raises(SolomonError, match="is not a nanoGPT checkout.*git clone"):
+    with pytest.raises(SolomonError, match=r"is not a nanoGPT checkout.*git clone"):
         check_checkout(tmp_path)
     for name in FILES:
         (tmp_path / name).write_text("# not nanoGPT\n")
