@@ -197,7 +197,7 @@ class TrainParams(_Section):
     )
     label_smoothing: float = Param(
         0.1,
-        "label smoothing ε of the training loss; Noam + ε > 0 is the promised baseline (docs/sweep.md)",
+        "label smoothing ε of the training loss; Noam + ε > 0 is the promised baseline (docs/optimizer.md)",
         ge=0.0,
         lt=1.0,
     )
@@ -250,7 +250,9 @@ class LrParams(_Section):
     schedule: Literal["noam", "constant"] = Param(
         "noam", "noam (1/√s decay after the warm-up), or constant (peak held: warm-up–stable–decay with a cooldown)"
     )
-    peak: float = Param(2e-3, "the learning rate at step lr.warmup (the sweep's best with Muon: docs/sweep.md)", gt=0.0)
+    peak: float = Param(
+        2e-3, "the learning rate at step lr.warmup (the optimiser sweep's best with Muon: docs/optimizer.md)", gt=0.0
+    )
     warmup: PositiveInt = Param(200, "steps of linear warm-up (docs/warmup.md)")
     cooldown: Fraction = Param(
         0.0, "the last fraction of train.max_steps over which the rate falls linearly to zero (0: none; docs/sweep.md)"
