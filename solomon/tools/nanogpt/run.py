@@ -145,6 +145,8 @@ def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape:
         if (m := ITER_LINE.match(line))
     ]
     model_dir, reliability = scratch / "model", scratch / "reliability"
+    if not (work / "out" / "ckpt.pt").is_file():  # nanoGPT saves only after iteration 0, on a better val estimate
+        raise SolomonError(f"nanoGPT wrote no checkpoint in {max_iters} iterations: its val estimate never improved")
     checkpoint = torch.load(work / "out" / "ckpt.pt", map_location="cpu", weights_only=False)
     weights.save(to_solomon(checkpoint["model"], checkpoint["model_args"]), model_dir)
     metrics = evaluate(
