@@ -77,7 +77,7 @@ gguf-check: setup
 
 # Multi-node training on two simulated hosts (network namespaces joined by a veth pair, 10.231.0.0/24 only between
 # them; root and `ip`): the two-node run's bytes, a lost worker restarted, a lost node, an unshared checkpoints
-# directory refused (tests/test_multinode.py, about 2 minutes; `make test` runs them too, skipped where not root).
+# directory refused (tests/test_multinode.py, about 2 minutes; `make test-long` runs them too, skipped where not root).
 multinode: setup helm
 	$(BIN)/python -m pytest -q tests/test_multinode.py
 

@@ -184,6 +184,8 @@ def _docs_nanogpt(args: argparse.Namespace) -> None:
     print(f"nanogpt: {record['wall_s']} s, val {record['metrics']['val']['bits_per_byte']} bits per byte")
     print(f"docs: {page.save_record(root / 'docs', record)}")
     print(f"docs: {page.render(root / 'docs')}")
+    if notice := page.stale(record, page.solomon_result(root / "docs")):
+        print(f"docs: warning: {notice}", file=sys.stderr)
 
 
 def _docs(args: argparse.Namespace) -> None:
@@ -212,6 +214,6 @@ def _docs(args: argparse.Namespace) -> None:
                 print(f"{page}/{run}: {figures['wall_s']} s{rss}")
         print(f"docs: {render_page(spec, page, docs, params)}")
         if page == nanogpt_page.SOLOMON_RUN[0] and (drawn := nanogpt_page.render(docs)):
-            print(f"docs: {drawn}")  # the page drawn beside this one's run
+            print(f"docs: {drawn}")  # the page drawn beside this one's run; it says so itself when it is stale
         for line in stale_runs(spec, page, docs, params):
             print(f"docs: warning: {line}: rerun `solomon docs run {page}`", file=sys.stderr)

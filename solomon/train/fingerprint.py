@@ -1,7 +1,7 @@
 """What a checkpoint belongs to: params, data, tokenizer, code and environment, flattened to named values.
 
 Resume compares the checkpoint's fingerprint with the current one and names the first key that differs.
-Params in ``RESUMABLE_PARAMS`` may change between an interruption and its resume: they do not alter the
+Params in ``resumable(params)`` may change between an interruption and its resume: they do not alter the
 batches or updates of the steps already taken.
 """
 
@@ -23,8 +23,15 @@ NOT_CODE = ("solomon.params",)
 # The params that change what training computes or records: these sections and keys (dvc.yaml's train stage
 # lists the same; a test holds them equal) ...
 TRAINING_PARAMS = ("model", "train", "lr", "eval.batch_size")  # eval.batch_size: the periodic evaluations' batches
-# ... except those that may change between an interruption and its resume without changing the steps taken.
+# ... except those that may change between an interruption and its resume without changing the steps taken
+# (train.max_steps only without a cooldown: the cooldown's steps are counted back from it, see ``resumable``).
 RESUMABLE_PARAMS = frozenset({"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints"})
+
+
+def resumable(params: Params) -> frozenset[str]:
+    """The params a resume may change: with ``lr.cooldown`` > 0 the rate of the steps already taken depends on
+    ``train.max_steps``, so it is fingerprinted (an unfinished run refuses a change; a finished one starts over)."""
+    return RESUMABLE_PARAMS - {"train.max_steps"} if params.lr.cooldown > 0 else RESUMABLE_PARAMS
 
 
 def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -> dict:
@@ -33,7 +40,7 @@ def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -
         key: value
         for key, value in every.items()
         if any(key == f"params.{name}" or key.startswith(f"params.{name}.") for name in TRAINING_PARAMS)
-        and key.removeprefix("params.") not in RESUMABLE_PARAMS
+        and key.removeprefix("params.") not in resumable(params)
     }
     values["data.train.bin"] = sha256_file(tokens_dir / "train.bin")
     values["data.val.bin"] = sha256_file(tokens_dir / "val.bin")

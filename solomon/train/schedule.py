@@ -7,8 +7,8 @@ For the 1-based step s:
 - ``constant``: the same warm-up, then ``peak`` held: with a cooldown, warm-up–stable–decay (Hägele et al. 2024).
 
 ``cooldown`` > 0 multiplies the last ``round(cooldown · max_steps)`` steps by a factor falling linearly to zero, so
-the rate reaches zero where the run ends (the step after its last one). The cooldown is fixed by ``max_steps``:
-a run with one cannot change ``train.max_steps`` on resume, since the rate of steps it already took would change.
+the rate reaches zero where the run ends (the step after its last one). The cooldown is fixed by ``max_steps``, so
+a run with one cannot change ``train.max_steps`` on resume (``solomon.train.fingerprint.resumable``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ class LrSchedule:
         self.cooldown = params.cooldown
         self.max_steps = max_steps
         self.cooldown_steps = round(params.cooldown * max_steps)
+        if params.cooldown and not self.cooldown_steps:
+            raise SolomonError(
+                f"lr.cooldown {params.cooldown} of train.max_steps {max_steps} is no step: raise it to at least "
+                f"{1 / max_steps:.3g}, or set 0 for no cooldown"
+            )
 
     def lr(self, step: int) -> float:
         """Learning rate for the 0-based optimiser step ``step``."""
@@ -40,17 +45,11 @@ class LrSchedule:
 
     def state_dict(self) -> dict:
         state = {"schedule": self.shape, "peak": self.peak, "warmup": self.warmup}
-        if self.cooldown_steps:  # absent otherwise, so checkpoints from before the cooldown existed still load
+        if self.cooldown_steps:  # the steps it covers are counted back from max_steps
             state |= {"cooldown": self.cooldown, "max_steps": self.max_steps}
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        if state == self.state_dict():
-            return
-        if self.cooldown_steps and state.get("max_steps", self.max_steps) != self.max_steps:
-            raise SolomonError(
-                f"the checkpoint's cooldown ends at step {state['max_steps']}, params say train.max_steps "
-                f"{self.max_steps}: a run with lr.cooldown > 0 cannot change train.max_steps on resume (the rate of "
-                "steps already taken would change); keep it, or start a new run"
-            )
-        raise ValueError(f"checkpoint schedule {state} differs from params {self.state_dict()}")
+        # A backstop: the fingerprint (``resumable``) refuses a changed lr.* or, with a cooldown, max_steps first.
+        if state != self.state_dict():
+            raise ValueError(f"checkpoint schedule {state} differs from params {self.state_dict()}")

@@ -63,6 +63,9 @@ def load_spec(path: Path = SPEC) -> dict:
                 Params.model_validate(merge(params, nest(fixed_settings(spec, page) | overrides)))
             except ValidationError as error:
                 raise SolomonError(f"{path}: page {page}, run {run}: {describe_error(error)}") from None
+    names = [experiment_name(spec, page, run) for page, entry in spec["pages"].items() for run in entry["runs"]]
+    if duplicate := next((name for name in names if names.count(name) > 1), None):
+        raise SolomonError(f"{path}: two runs are the experiment {duplicate}: rename one run or give a page a `prefix`")
     return spec
 
 

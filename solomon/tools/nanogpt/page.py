@@ -12,6 +12,7 @@ from solomon.atomic import write_json, write_text
 from solomon.errors import SolomonError
 from solomon.report.charts import Chart, Line, save_chart_png
 from solomon.tools.experiments.results import data_dir, read_results
+from solomon.tools.nanogpt.run import DATASET, EVALS, REPOSITORY, TIMING_ITERS
 
 PAGE = "nanogpt"
 RECORD = "nanogpt.json"
@@ -35,30 +36,42 @@ def solomon_result(docs_dir: Path) -> dict:
     return read_results(data_dir(docs_dir, page), [run])[run]
 
 
-def _row(name: str, steps: int, tokens: int, wall_s: float, metrics: dict) -> list:
+def _row(name: str, updates: int, scored: int, tokens: int, wall_s: float, metrics: dict) -> list:
     calibrated = metrics["calibration"]
     return [
-        name, steps, tokens, wall_s, metrics["val"]["bits_per_byte"], metrics["val"]["perplexity"],
+        name, updates, scored, tokens, wall_s, metrics["val"]["bits_per_byte"], metrics["val"]["perplexity"],
         metrics["test"]["bits_per_byte"], metrics["val"]["ece"], metrics["test"]["ece"], calibrated["test_ece"],
         calibrated["temperature"],
     ]  # fmt: skip
 
 
 HEADERS = [
-    "", "steps", "tokens trained", "training s", "val bits per byte", "val perplexity", "test bits per byte",
-    "val ECE", "test ECE", "test ECE (calibrated)", "temperature",
+    "", "updates", "model scored: step", "tokens trained", "training s", "val bits per byte", "val perplexity",
+    "test bits per byte", "val ECE", "test ECE", "test ECE (calibrated)", "temperature",
 ]  # fmt: skip
 
 
 def table(nanogpt: dict, solomon: dict) -> str:
     train_run, train_metrics = solomon["train_run"], solomon["train_metrics"]
     rows = [
-        _row("Solomon (default recipe)", train_metrics["steps"], train_metrics["tokens"], train_run["wall_s"],
-             solomon["metrics"]),
-        _row(f"nanoGPT {nanogpt['nanogpt']['commit'][:8]} (its small-model recipe)",
-             nanogpt["nanogpt"]["settings"]["max_iters"], nanogpt["tokens"], nanogpt["wall_s"], nanogpt["metrics"]),
+        _row("Solomon (default recipe)", train_metrics["steps"], train_metrics["best_step"], train_metrics["tokens"],
+             train_run["wall_s"], solomon["metrics"]),
+        _row(f"nanoGPT {nanogpt['nanogpt']['commit'][:8]} (its small-model recipe)", nanogpt["updates"],
+             nanogpt["best_iter"], nanogpt["tokens"], nanogpt["wall_s"], nanogpt["metrics"]),
     ]  # fmt: skip
     return tabulate(rows, HEADERS, tablefmt="github")
+
+
+def stale(nanogpt: dict, solomon: dict) -> str | None:
+    """Why the comparison no longer holds, if it does not: nanoGPT was timed against another run than the page's."""
+    against, train_run = nanogpt["against"], solomon["train_run"]
+    if (against["run_id"], against["wall_s"]) == (train_run["run_id"], train_run["wall_s"]):
+        return None
+    page, run = SOLOMON_RUN
+    return (
+        f"nanoGPT was timed against run {against['run_id']} ({against['wall_s']} s); {page}/{run} is now run "
+        f"{train_run['run_id']} ({train_run['wall_s']} s): rerun `solomon docs nanogpt --checkout DIR`"
+    )
 
 
 def _solomon_seconds(solomon: dict) -> tuple[list[int], list[float]]:
@@ -78,9 +91,10 @@ def chart(nanogpt: dict, solomon: dict) -> Chart:
     at = dict(zip(steps, seconds, strict=True))
     solomon_evals = [(at[e["step"]], e["val_loss"]) for e in solomon["evals"]]
     nano_evals = [(e["t"], e["val_loss"]) for e in nanogpt["evals"]]
+    subset = f"Solomon: val loss on its fixed val subset ({solomon['params']['train']['eval_tokens']:,} tokens)"
     lines = [
-        Line([t for t, _ in solomon_evals], [v for _, v in solomon_evals],
-             "Solomon: val loss on its fixed val subset (8,192 tokens)", ("o-",), {"color": "C0", "markersize": 3}),
+        Line([t for t, _ in solomon_evals], [v for _, v in solomon_evals], subset, ("o-",),
+             {"color": "C0", "markersize": 3}),
         Line([t for t, _ in nano_evals], [v for _, v in nano_evals],
              "nanoGPT: val loss, its own estimate (random val batches)", ("s-",), {"color": "C1", "markersize": 3}),
     ]  # fmt: skip
@@ -90,26 +104,35 @@ def chart(nanogpt: dict, solomon: dict) -> Chart:
 
 
 def render(docs_dir: Path) -> Path | None:
-    """Rewrite docs/nanogpt.md's block and chart; None where the page has no data yet."""
+    """Rewrite docs/nanogpt.md's block and chart; None where the page has no data yet. A comparison that no longer
+    holds (the page's Solomon run was made again since) says so at its top."""
     path = record_path(docs_dir)
     if not path.is_file():
         return None
     nanogpt, solomon = json.loads(path.read_text(encoding="utf-8")), solomon_result(docs_dir)
     save_chart_png(chart(nanogpt, solomon), docs_dir / PAGE / "val_loss.png")
-    settings = " ".join(f"--{key}={value}" for key, value in nanogpt["nanogpt"]["settings"].items())
+    info, timing = nanogpt["nanogpt"], nanogpt["timing"]
+    settings = " ".join(f"--{key}={value}" for key, value in info["settings"].items())
     page, run = SOLOMON_RUN
+    notice = stale(nanogpt, solomon)
     lines = [
         BLOCK.format(page=page, run=run),
         "",
-        f"nanoGPT's command, in a scratch directory holding its `train.py`, `model.py` and `configurator.py` at "
-        f"{nanogpt['nanogpt']['commit'][:8]} and Solomon's train/val tokens as `data/solomon/` "
-        f"(OMP_NUM_THREADS={nanogpt['nanogpt']['threads']}):",
+        *([f"> **This comparison no longer holds**: {notice}", ""] if notice else []),
+        f"nanoGPT's command (its {REPOSITORY} at {info['commit'][:8]}, files unchanged), in a scratch directory holding"
+        f" its `train.py`, `model.py` and `configurator.py` and Solomon's train/val tokens as `data/{DATASET}/`, with "
+        f"OMP_NUM_THREADS={info['threads']}; `max_iters` from a {TIMING_ITERS}-iteration timing run "
+        f"({timing['seconds_per_iter']:.4f} s an iteration) for the {timing['target_s']} s of run {run_id(nanogpt)}:",
         "",
         "```sh",
-        f"python train.py {settings} --dataset=solomon --out_dir=out",
+        f"python train.py {settings} --dataset={DATASET} --out_dir=out",
         "```",
         "",
         table(nanogpt, solomon),
+        "",
+        f"nanoGPT's process took {nanogpt['process_s']} s from the interpreter's start, its loop {nanogpt['wall_s']} s"
+        f" ({EVALS + 1} evaluations of {info['settings']['eval_iters']} batches of train and of val each, step 0 "
+        "included); Solomon's training time is its loop's too (`train_run.json`).",
         "",
         f"![validation loss against wall time]({PAGE}/val_loss.png)",
     ]
@@ -120,3 +143,7 @@ def render(docs_dir: Path) -> Path | None:
     head, rest = text.split(START)
     write_text(page_path, f"{head}{START}\n" + "\n".join(lines) + f"\n{END}{rest.split(END)[1]}")
     return page_path
+
+
+def run_id(nanogpt: dict) -> str:
+    return nanogpt["against"]["run_id"]

@@ -48,13 +48,16 @@ RECIPE = {
     "gradient_accumulation_steps": 1,
     "always_save_checkpoint": False,  # keep the checkpoint of the best val estimate, as its small recipe does
     "device": "cpu",
+    "dtype": "float32",  # what it trains in on CPU anyway (its autocast is CUDA's); said, so no GradScaler is built
     "compile": False,  # on CPU without a compiler toolchain set up; Solomon's default does not compile either
     "log_interval": 10,
 }
-SHAPE = ("n_layer", "n_head", "n_embd", "block_size", "batch_size")
+MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size")  # model.* of the Solomon run; and train.batch_size
 TIMING_ITERS = 40  # the timing run's iterations; the first TIMING_SKIP are not counted (warm-up of the allocator)
 TIMING_SKIP = 10
-EVALS = 8  # evaluations over the run (nanoGPT's eval_interval = max_iters / EVALS)
+EVALS = 8  # evaluations after step 0 (nanoGPT's eval_interval = max_iters / EVALS; it evaluates at step 0 too)
+# The line nanoGPT prints last before its loop (model.py's configure_optimizers): its training time starts here.
+LOOP_START = re.compile(r"^using fused AdamW: ")
 ITER_LINE = re.compile(r"^iter (\d+): loss ([\d.]+), time ([\d.]+)ms")
 EVAL_LINE = re.compile(r"^step (\d+): train loss ([\d.]+), val loss ([\d.]+)")
 
@@ -90,28 +93,33 @@ def prepare(checkout: Path, tokens_dir: Path, scratch: Path, vocab_size: int) ->
     return work
 
 
-def _train(work: Path, settings: dict, threads: int, out_dir: str) -> tuple[list[tuple[float, str]], float]:
+def _train(work: Path, settings: dict, threads: int, out_dir: str) -> tuple[list[tuple[float, str]], float, float]:
     """Run nanoGPT's train.py with ``settings`` (its command-line overrides); return (its stdout lines, each with
-    the seconds since start when it came, and the whole run's wall seconds)."""
+    the seconds since its loop began when it came; its loop's wall seconds; the whole process's)."""
     args = [f"--{key}={value}" for key, value in settings.items()] + [f"--dataset={DATASET}", f"--out_dir={out_dir}"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    # Only what it needs: an inherited RANK or WORLD_SIZE (a torchrun or a pod) would start its NCCL DDP.
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": str(threads)}  # fmt: skip
     start = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "train.py", *args], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
-    lines = [(round(time.monotonic() - start, 3), line.rstrip("\n")) for line in process.stdout]
+    lines = [(time.monotonic() - start, line.rstrip("\n")) for line in process.stdout]
+    process_s = time.monotonic() - start
     if process.wait():
-        raise SolomonError(
-            f"nanoGPT's train.py exited {process.returncode}: {last_line(chr(10).join(text for _, text in lines))}"
-        )
-    return lines, round(time.monotonic() - start, 1)
+        output = chr(10).join(text for _, text in lines)
+        raise SolomonError(f"nanoGPT's train.py exited {process.returncode}: {last_line(output)}")
+    begun = next((t for t, line in lines if LOOP_START.match(line)), None)
+    if begun is None:
+        raise SolomonError("nanoGPT printed no `using fused AdamW` line before its loop: is this its train.py?")
+    return [(round(t - begun, 3), line) for t, line in lines], round(process_s - begun, 1), round(process_s, 1)
 
 
 def seconds_per_iter(work: Path, shape: dict, threads: int) -> float:
     """nanoGPT's own per-iteration time at this shape, from a short run (its ``time …ms`` lines)."""
     settings = RECIPE | shape | {"max_iters": TIMING_ITERS, "eval_interval": 10**6, "eval_iters": 1, "log_interval": 1}
-    lines, _ = _train(work, settings, threads, "out-timing")
+    lines, _, _ = _train(work, settings, threads, "out-timing")
     times = [float(m[3]) / 1000 for _, line in lines if (m := ITER_LINE.match(line)) and int(m[1]) >= TIMING_SKIP]
     if not times:
         raise SolomonError("nanoGPT's timing run printed no `iter` lines: is the checkout nanoGPT's train.py?")
@@ -119,11 +127,15 @@ def seconds_per_iter(work: Path, shape: dict, threads: int) -> float:
 
 
 def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape: dict, seconds: float,
-        threads: int, eval_tokens: int) -> dict:  # fmt: skip
-    """Train nanoGPT for about ``seconds`` at ``shape`` and score it; return its record (settings, times, curves,
-    Solomon's metrics of its model, reliability bins), the files it wrote staying in ``scratch``."""
+        threads: int, eval_tokens: int, eval_params: EvalParams) -> dict:  # fmt: skip
+    """Train nanoGPT for about ``seconds`` at ``shape`` and score it with ``eval_params``; return its record
+    (settings, times, curves, Solomon's metrics of its model, reliability bins), its files staying in ``scratch``."""
     commit = check_checkout(checkout)
-    vocab_size = json.loads((tokens_dir / "meta.json").read_text(encoding="utf-8"))["vocab_size"]
+    meta = json.loads((tokens_dir / "meta.json").read_text(encoding="utf-8"))
+    if meta["dtype"] != "<u2":  # nanoGPT's get_batch reads uint16, whatever the vocabulary
+        raise SolomonError(f"{tokens_dir} holds {meta['dtype']} tokens (vocabulary {meta['vocab_size']}); "
+                           "nanoGPT reads uint16 only: compare at tokenizer.vocab_size ≤ 65536")  # fmt: skip
+    vocab_size = meta["vocab_size"]
     work = prepare(checkout, tokens_dir, scratch, vocab_size)
     per_iter = seconds_per_iter(work, shape, threads)
     # Its evaluations take time too: EVALS + 1 of them (step 0 included), each eval_iters batches of train and of
@@ -133,7 +145,7 @@ def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape:
     max_iters = EVALS * max(1, round((seconds - eval_s) / per_iter / EVALS))
     settings = RECIPE | shape | {"max_iters": max_iters, "lr_decay_iters": max_iters,
                                  "eval_interval": max_iters // EVALS, "eval_iters": eval_iters}  # fmt: skip
-    lines, wall_s = _train(work, settings, threads, "out")
+    lines, wall_s, process_s = _train(work, settings, threads, "out")
     evals = [
         {"step": int(m[1]), "train_loss": float(m[2]), "val_loss": float(m[3]), "t": t}
         for t, line in lines
@@ -155,9 +167,11 @@ def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape:
     return {
         "nanogpt": {"repository": REPOSITORY, "commit": commit, "settings": settings, "threads": threads},
         "timing": {"seconds_per_iter": per_iter, "target_s": seconds},
-        "wall_s": wall_s,
-        "best_iter": int(checkpoint["iter_num"]),
-        "tokens": max_iters * shape["batch_size"] * shape["block_size"],
+        "wall_s": wall_s,  # its loop's (from the line it prints last before it), as Solomon's training time
+        "process_s": process_s,  # from the interpreter's start: imports, data, model and optimiser built
+        "updates": max_iters + 1,  # it steps at iterations 0 … max_iters and stops after the last
+        "best_iter": int(checkpoint["iter_num"]),  # the checkpoint scored: its best val estimate
+        "tokens": (max_iters + 1) * shape["batch_size"] * shape["block_size"],
         "data": {split: sha256_file(tokens_dir / f"{split}.bin") for split in ("train", "val", "test")},
         "model_sha256": sha256_file(model_dir / weights.WEIGHTS_FILE),
         "metrics": metrics,
@@ -202,9 +216,9 @@ def to_solomon(state: dict, model_args: dict) -> GPT:
 
 def beside(solomon: dict, checkout: Path, root: Path, scratch: Path) -> dict:
     """nanoGPT at the shape, threads and training wall time of the Solomon run ``solomon`` (a docs page's results),
-    on the workspace's tokens (``root``'s data/)."""
+    on the workspace's tokens (``root``'s data/), scored as that run's params say; the record names that run."""
     params, train_run = solomon["params"], solomon["train_run"]
-    shape = {key: params["model"][key] for key in SHAPE if key in params["model"]}
-    shape["batch_size"] = params["train"]["batch_size"]
-    return run(checkout, root / TOKENS_DIR, root / TOKENIZER, scratch, shape, train_run["wall_s"],
-               train_run["threads"], params["train"]["eval_tokens"])  # fmt: skip
+    shape = {key: params["model"][key] for key in MODEL_SHAPE} | {"batch_size": params["train"]["batch_size"]}
+    record = run(checkout, root / TOKENS_DIR, root / TOKENIZER, scratch, shape, train_run["wall_s"],
+                 train_run["threads"], params["train"]["eval_tokens"], EvalParams(**params["eval"]))  # fmt: skip
+    return record | {"against": {"run_id": train_run["run_id"], "wall_s": train_run["wall_s"]}}
