@@ -189,3 +189,13 @@ def test_a_renamed_page_names_its_experiments_as_they_were_made() -> None:
     assert commands(spec, "p", {"params.lr.peak": 0.001}) == {"a": ["dvc exp run -n p-a -S lr.peak=0.5"]}
     spec["pages"]["p"]["prefix"] = "sweep"
     assert commands(spec, "p", {"params.lr.peak": 0.001}) == {"a": ["dvc exp run -n sweep-a -S lr.peak=0.5"]}
+
+
+def test_two_runs_named_as_one_experiment_are_refused(tmp_path: Path) -> None:
+    runs = {"runs": {"a": {"lr.peak": 0.5}}, "charts": [], "columns": {}}
+    spec = {"base": {}, "pages": {"p": runs, "q": runs | {"prefix": "p"}}}
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(SolomonError, match="two runs are the experiment p-a"):
+        load_spec(tmp_path / "docs/experiments.yaml")

@@ -62,3 +62,10 @@ def test_the_nanogpt_page_is_what_its_data_renders_to(tmp_path: Path) -> None:
     assert page.render(docs) is not None, "docs/nanogpt/data/nanogpt.json is missing: run `solomon docs nanogpt`"
     assert (docs / "nanogpt.md").read_bytes() == (ROOT / "docs" / "nanogpt.md").read_bytes()
     assert (docs / "nanogpt" / "val_loss.png").read_bytes() == (ROOT / "docs" / "nanogpt" / "val_loss.png").read_bytes()
+
+
+def test_the_page_says_when_the_solomon_run_it_was_timed_against_was_made_again() -> None:
+    solomon = {"train_run": {"run_id": "r1", "wall_s": 300.0}}
+    assert page.stale({"against": {"run_id": "r1", "wall_s": 300.0}}, solomon) is None
+    notice = page.stale({"against": {"run_id": "r0", "wall_s": 280.0}}, solomon)
+    assert notice is not None and "timed against run r0 (280.0 s)" in notice and "now run r1" in notice
