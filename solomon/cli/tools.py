@@ -176,11 +176,12 @@ def _docs_nanogpt(args: argparse.Namespace) -> None:
     import tempfile
 
     from solomon.tools.nanogpt import page
-    from solomon.tools.nanogpt.run import beside
+    from solomon.tools.nanogpt.run import beside, nanogpt_environment
 
     root = Path(args.root).resolve()
     with tempfile.TemporaryDirectory(prefix="solomon-nanogpt-") as scratch:
-        record = beside(page.solomon_result(root / "docs"), args.checkout.resolve(), root, Path(scratch))
+        record = beside(page.solomon_result(root / "docs"), args.checkout.resolve(), root, Path(scratch),
+                        nanogpt_environment(os.environ))  # fmt: skip
     print(f"nanogpt: {record['wall_s']} s, val {record['metrics']['val']['bits_per_byte']} bits per byte")
     print(f"docs: {page.save_record(root / 'docs', record)}")
     print(f"docs: {page.render(root / 'docs')}")

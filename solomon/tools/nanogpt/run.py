@@ -13,13 +13,13 @@ val and test splits, as any Solomon model is.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -94,13 +94,12 @@ def prepare(checkout: Path, tokens_dir: Path, scratch: Path, vocab_size: int) ->
     return work
 
 
-def _train(work: Path, settings: dict, threads: int, out_dir: str) -> tuple[list[tuple[float, str]], float, float]:
+def _train(work: Path, settings: dict, threads: int, out_dir: str, env: dict[str, str]
+           ) -> tuple[list[tuple[float, str]], float, float]:  # fmt: skip
     """Run nanoGPT's train.py with ``settings`` (its command-line overrides); return (its stdout lines, each with
     the seconds since its loop began when it came; its loop's wall seconds; the whole process's)."""
     args = [f"--{key}={value}" for key, value in settings.items()] + [f"--dataset={DATASET}", f"--out_dir={out_dir}"]
-    # Only what it needs: an inherited RANK or WORLD_SIZE (a torchrun or a pod) would start its NCCL DDP.
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", "/"), "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": str(threads)}  # fmt: skip
+    env = env | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(threads)}
     start = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "train.py", *args], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -117,10 +116,10 @@ def _train(work: Path, settings: dict, threads: int, out_dir: str) -> tuple[list
     return [(round(t - begun, 3), line) for t, line in lines], round(process_s - begun, 1), round(process_s, 1)
 
 
-def seconds_per_iter(work: Path, shape: dict, threads: int) -> float:
+def seconds_per_iter(work: Path, shape: dict, threads: int, env: dict[str, str]) -> float:
     """nanoGPT's own per-iteration time at this shape, from a short run (its ``time …ms`` lines)."""
     settings = RECIPE | shape | {"max_iters": TIMING_ITERS, "eval_interval": 10**6, "eval_iters": 1, "log_interval": 1}
-    lines, _, _ = _train(work, settings, threads, "out-timing")
+    lines, _, _ = _train(work, settings, threads, "out-timing", env)
     times = [float(m[3]) / 1000 for _, line in lines if (m := ITER_LINE.match(line)) and int(m[1]) >= TIMING_SKIP]
     if not times:
         raise SolomonError("nanoGPT's timing run printed no `iter` lines: is the checkout nanoGPT's train.py?")
@@ -128,9 +127,10 @@ def seconds_per_iter(work: Path, shape: dict, threads: int) -> float:
 
 
 def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape: dict, seconds: float,
-        threads: int, eval_tokens: int, eval_params: EvalParams) -> dict:  # fmt: skip
+        threads: int, eval_tokens: int, eval_params: EvalParams, env: dict[str, str]) -> dict:  # fmt: skip
     """Train nanoGPT for about ``seconds`` at ``shape`` and score it with ``eval_params``; return its record
-    (settings, times, curves, Solomon's metrics of its model, reliability bins), its files staying in ``scratch``."""
+    (settings, times, curves, Solomon's metrics of its model, reliability bins), its files staying in ``scratch``.
+    ``env`` is its process's environment (``nanogpt_environment``), threads and unbuffered output added."""
     commit = check_checkout(checkout)
     meta = json.loads((tokens_dir / "meta.json").read_text(encoding="utf-8"))
     if meta["dtype"] != "<u2":  # nanoGPT's get_batch reads uint16, whatever the vocabulary
@@ -138,7 +138,7 @@ def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape:
                            "nanoGPT reads uint16 only: compare at tokenizer.vocab_size ≤ 65536")  # fmt: skip
     vocab_size = meta["vocab_size"]
     work = prepare(checkout, tokens_dir, scratch, vocab_size)
-    per_iter = seconds_per_iter(work, shape, threads)
+    per_iter = seconds_per_iter(work, shape, threads, env)
     # Its evaluations take time too: EVALS + 1 of them (step 0 included), each eval_iters batches of train and of
     # val, sized as Solomon's eval subset; a batch without backward costs about a third of a training iteration.
     eval_iters = max(1, round(eval_tokens / (shape["batch_size"] * shape["block_size"])))
@@ -149,7 +149,7 @@ def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape:
         settings = RECIPE | shape | {"max_iters": max_iters, "lr_decay_iters": max_iters,
                                      "eval_interval": max_iters // EVALS, "eval_iters": eval_iters}  # fmt: skip
         shutil.rmtree(work / "out", ignore_errors=True)
-        lines, wall_s, process_s = _train(work, settings, threads, "out")
+        lines, wall_s, process_s = _train(work, settings, threads, "out", env)
         attempts.append({"max_iters": max_iters, "wall_s": wall_s})
         if abs(wall_s / seconds - 1) <= TIME_TOLERANCE or len(attempts) == 2:
             break
@@ -222,11 +222,17 @@ def to_solomon(state: dict, model_args: dict) -> GPT:
     return model.eval()
 
 
-def beside(solomon: dict, checkout: Path, root: Path, scratch: Path) -> dict:
+def nanogpt_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """nanoGPT's process environment from the caller's: only PATH and HOME, since an inherited RANK or WORLD_SIZE
+    (a torchrun or a pod) would start its NCCL DDP."""
+    return {"PATH": environ.get("PATH", ""), "HOME": environ.get("HOME", "/")}
+
+
+def beside(solomon: dict, checkout: Path, root: Path, scratch: Path, env: dict[str, str]) -> dict:
     """nanoGPT at the shape, threads and training wall time of the Solomon run ``solomon`` (a docs page's results),
     on the workspace's tokens (``root``'s data/), scored as that run's params say; the record names that run."""
     params, train_run = solomon["params"], solomon["train_run"]
     shape = {key: params["model"][key] for key in MODEL_SHAPE} | {"batch_size": params["train"]["batch_size"]}
     record = run(checkout, root / TOKENS_DIR, root / TOKENIZER, scratch, shape, train_run["wall_s"],
-                 train_run["threads"], params["train"]["eval_tokens"], EvalParams(**params["eval"]))  # fmt: skip
+                 train_run["threads"], params["train"]["eval_tokens"], EvalParams(**params["eval"]), env)  # fmt: skip
     return record | {"against": {"run_id": train_run["run_id"], "wall_s": train_run["wall_s"]}}
