@@ -37,8 +37,8 @@ def register(commands: argparse._SubParsersAction) -> None:
         command.set_defaults(func=_docs)
     nanogpt = docs.add_parser(
         "nanogpt",
-        help="train nanoGPT (a checkout at the pinned commit) for the wall time of the sweep's default run on its "
-        "tokens, score it with Solomon's evaluator, redraw docs/nanogpt.md (minutes)",
+        help="train nanoGPT (a checkout at the pinned commit) on the tokens for the wall time of the page's Solomon "
+        "run (`solomon docs run nanogpt` first), score it with Solomon's evaluator, redraw docs/nanogpt.md (minutes)",
     )
     nanogpt.add_argument("--checkout", required=True, type=Path, help="a git checkout of karpathy/nanoGPT")
     add_root(nanogpt)
@@ -179,13 +179,13 @@ def _docs_nanogpt(args: argparse.Namespace) -> None:
     from solomon.tools.nanogpt.run import beside, nanogpt_environment
 
     root = Path(args.root).resolve()
+    solomon = page.solomon_result(root / "docs")
     with tempfile.TemporaryDirectory(prefix="solomon-nanogpt-") as scratch:
-        record = beside(page.solomon_result(root / "docs"), args.checkout.resolve(), root, Path(scratch),
-                        nanogpt_environment(os.environ))  # fmt: skip
+        record = beside(solomon, args.checkout.resolve(), root, Path(scratch), nanogpt_environment(os.environ))
     print(f"nanogpt: {record['wall_s']} s, val {record['metrics']['val']['bits_per_byte']} bits per byte")
     print(f"docs: {page.save_record(root / 'docs', record)}")
     print(f"docs: {page.render(root / 'docs')}")
-    if notice := page.stale(record, page.solomon_result(root / "docs")):
+    if notice := page.stale(record, solomon):
         print(f"docs: warning: {notice}", file=sys.stderr)
 
 

@@ -190,7 +190,7 @@ def write_comparison_pngs(kinds: list[str], runs: dict[str, dict], out_dir: Path
     """Write ``<kind>.png`` into ``out_dir`` for each of ``kinds`` (of ``COMPARISONS``), every run on one axis;
     ``runs`` maps a run to its records (steps, evals, reliability); return the names."""
     for kind in kinds:
-        _save_png(_draw(_comparison(kind, runs)), out_dir / f"{kind}.png")
+        save_chart_png(_comparison(kind, runs), out_dir / f"{kind}.png")
     return list(kinds)
 
 

@@ -109,11 +109,16 @@ def render_page(spec: dict, page: str, docs_dir: Path, params: dict) -> Path:
         "",
         "</details>",
     ]
-    page_path = docs_dir / f"{page}.md"
+    return replace_block(docs_dir / f"{page}.md", START, END, lines)
+
+
+def replace_block(page_path: Path, start: str, end: str, lines: list[str]) -> Path:
+    """Rewrite the generated block of ``page_path`` between its one ``start`` and one ``end`` line with ``lines``,
+    the prose around it kept."""
     text = page_path.read_text(encoding="utf-8")
-    if text.count(START) != 1 or text.count(END) != 1:
-        raise SolomonError(f"{page_path} needs one {START} and one {END} line around its generated block")
-    head, rest = text.split(START)
-    tail = rest.split(END)[1]
-    write_text(page_path, f"{head}{START}\n" + "\n".join(lines) + f"\n{END}{tail}")
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise SolomonError(f"{page_path} needs one {start} and one {end} line around its generated block")
+    head, rest = text.split(start)
+    tail = rest.split(end)[1]
+    write_text(page_path, f"{head}{start}\n" + "\n".join(lines) + f"\n{end}{tail}")
     return page_path

@@ -44,7 +44,8 @@ def load_spec(path: Path = SPEC) -> dict:
             raise SolomonError(f"{path}: page {page} has no `{missing[0]}`: give runs, charts and columns")
         if not isinstance(entry.get("params", {}), dict):
             raise SolomonError(f"{path}: page {page}: `params` must map params to the values all its runs hold")
-        if not isinstance(entry.get("prefix", page), str) or not entry.get("prefix", page):
+        prefix = entry.get("prefix", page)
+        if not isinstance(prefix, str) or not prefix:
             raise SolomonError(f"{path}: page {page}: `prefix` must be a non-empty name for its experiments")
         if not isinstance(entry.get("queue", False), bool):
             raise SolomonError(f"{path}: page {page}: `queue` must be true or false")

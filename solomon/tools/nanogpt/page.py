@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from solomon.atomic import write_json, write_text
-from solomon.errors import SolomonError
+from solomon.atomic import write_json
 from solomon.report.charts import Chart, Line, save_chart_png
+from solomon.tools.experiments.render import replace_block
 from solomon.tools.experiments.results import data_dir, read_results
 from solomon.tools.nanogpt.run import DATASET, EVALS, REPOSITORY, TIMING_ITERS
 
@@ -124,8 +124,8 @@ def render(docs_dir: Path) -> Path | None:
         f"nanoGPT's command (its {REPOSITORY} at {info['commit'][:8]}, files unchanged), in a scratch directory holding"
         f" its `train.py`, `model.py` and `configurator.py` and Solomon's train/val tokens as `data/{DATASET}/`, with "
         f"OMP_NUM_THREADS={info['threads']}; `max_iters` sized for the {timing['target_s']} s of run "
-        f"{run_id(nanogpt)} from a {TIMING_ITERS}-iteration timing run ({timing['seconds_per_iter']:.4f} s an "
-        f"iteration){_attempts(timing['attempts'])}:",
+        f"{nanogpt['against']['run_id']} from a {TIMING_ITERS}-iteration timing run "
+        f"({timing['seconds_per_iter']:.4f} s an iteration){_attempts(timing['attempts'])}:",
         "",
         "```sh",
         f"python train.py {settings} --dataset={DATASET} --out_dir=out",
@@ -139,13 +139,7 @@ def render(docs_dir: Path) -> Path | None:
         "",
         f"![validation loss against wall time]({PAGE}/val_loss.png)",
     ]
-    page_path = docs_dir / f"{PAGE}.md"
-    text = page_path.read_text(encoding="utf-8")
-    if text.count(START) != 1 or text.count(END) != 1:
-        raise SolomonError(f"{page_path} needs one {START} and one {END} line around its generated block")
-    head, rest = text.split(START)
-    write_text(page_path, f"{head}{START}\n" + "\n".join(lines) + f"\n{END}{rest.split(END)[1]}")
-    return page_path
+    return replace_block(docs_dir / f"{PAGE}.md", START, END, lines)
 
 
 def _attempts(attempts: list[dict]) -> str:
@@ -153,7 +147,3 @@ def _attempts(attempts: list[dict]) -> str:
         return ""
     first = attempts[0]
     return f", then again from the first attempt's own time ({first['max_iters']} iterations took {first['wall_s']} s)"
-
-
-def run_id(nanogpt: dict) -> str:
-    return nanogpt["against"]["run_id"]
