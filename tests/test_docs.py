@@ -191,6 +191,27 @@ def test_a_renamed_page_names_its_experiments_as_they_were_made() -> None:
     assert commands(spec, "p", {"params.lr.peak": 0.001}) == {"a": ["dvc exp run -n sweep-a -S lr.peak=0.5"]}
 
 
+def test_a_full_scale_page_trains_at_params_yaml_s_scale_not_the_base() -> None:
+    spec = {
+        "base": {"train.max_steps": 5},
+        "pages": {"p": {"runs": {"a": {"lr.peak": 0.5}}, "charts": [], "columns": {}}},
+    }
+    assert commands(spec, "p", {"params.lr.peak": 0.001}) == {
+        "a": ["dvc exp run -n p-a -S train.max_steps=5 -S lr.peak=0.5"]
+    }
+    spec["pages"]["p"]["scale"] = "full"
+    assert commands(spec, "p", {"params.lr.peak": 0.001}) == {"a": ["dvc exp run -n p-a -S lr.peak=0.5"]}
+
+
+def test_a_page_of_an_unknown_scale_is_refused(tmp_path: Path) -> None:
+    spec = {"base": {}, "pages": {"p": {"runs": {"a": {}}, "charts": [], "columns": {}, "scale": "huge"}}}
+    shutil.copy(ROOT / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(SolomonError, match="page p: `scale` must be docs"):
+        load_spec(tmp_path / "docs/experiments.yaml")
+
+
 def test_two_runs_named_as_one_experiment_are_refused(tmp_path: Path) -> None:
     runs = {"runs": {"a": {"lr.peak": 0.5}}, "charts": [], "columns": {}}
     spec = {"base": {}, "pages": {"p": runs, "q": runs | {"prefix": "p"}}}

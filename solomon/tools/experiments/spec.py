@@ -2,8 +2,9 @@
 
 It holds ``base`` (params every run sets: small enough for 2 cores) and ``pages``: per page its ``runs`` (name →
 params), ``charts`` and ``columns`` (metrics for the results table), and optionally ``params`` that all of the
-page's runs hold (the recipe a page studies, where it is not the default's), ``queue`` (queue its runs) and
-``prefix`` (its experiments' names start with it; the page's name by default). Every command of a page sets every key
+page's runs hold (the recipe a page studies, where it is not the default's), ``queue`` (queue its runs),
+``prefix`` (its experiments' names start with it; the page's name by default) and ``scale`` (``docs``, the default:
+the base applies; ``full``: it does not, so the runs train at params.yaml's own scale, an hour each). Every command of a page sets every key
 that any of its runs changes, so the commands do not depend on the order they run in, nor on what the workspace
 held before.
 """
@@ -28,6 +29,7 @@ RUN_OPTIONS = frozenset({"fresh", "kill_after_step", "then"})
 # A page with `queue: true` queues its runs (`dvc exp run --queue`) and then runs the queue: each run in its own
 # temporary copy of the commit, from step 1, independent of the others and of the workspace.
 RUN_QUEUE = "dvc exp run --run-all"
+SCALES = ("docs", "full")
 
 
 def load_spec(path: Path = SPEC) -> dict:
@@ -47,6 +49,8 @@ def load_spec(path: Path = SPEC) -> dict:
         prefix = entry.get("prefix", page)
         if not isinstance(prefix, str) or not prefix:
             raise SolomonError(f"{path}: page {page}: `prefix` must be a non-empty name for its experiments")
+        if entry.get("scale", "docs") not in SCALES:
+            raise SolomonError(f"{path}: page {page}: `scale` must be docs (the base applies) or full (it does not)")
         if not isinstance(entry.get("queue", False), bool):
             raise SolomonError(f"{path}: page {page}: `queue` must be true or false")
         unknown = [chart for chart in entry["charts"] if chart not in COMPARISONS]
@@ -125,8 +129,10 @@ def experiment_name(spec: dict, page: str, run: str) -> str:
 
 
 def fixed_settings(spec: dict, page: str) -> dict:
-    """The flat params every run of a page sets whatever it varies: the base, then the page's own ``params``."""
-    return spec["base"] | spec["pages"][page].get("params", {})
+    """The flat params every run of a page sets whatever it varies: the base (unless the page is at full scale), then
+    the page's own ``params``."""
+    base = spec["base"] if spec["pages"][page].get("scale", "docs") == "docs" else {}
+    return base | spec["pages"][page].get("params", {})
 
 
 def run_settings(spec: dict, page: str, defaults: dict) -> dict[str, dict]:
