@@ -190,7 +190,7 @@ class TrainParams(_Section):
     seed: int = Param(1337, "the seed every named random stream derives from")
     max_steps: PositiveInt = Param(
         1900,
-        "optimiser steps: about 56 min on the Zen 4 kind (the reference run's 1.757 s a step); lower it on slower hosts",
+        "optimiser steps (about 56 min on the Zen 4 kind at its 1.757 s a step); lower it on slower hosts",
     )
     batch_size: PositiveInt = Param(16, "sequences per optimiser step, across micro-batches and ranks")
     accum_steps: PositiveInt = Param(

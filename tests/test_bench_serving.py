@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from solomon.serving.limits import PRECISIONS
 from solomon.tools.bench import SERVING_CLIENTS as CLIENTS
 from solomon.tools.bench.serving_section import ENGINE, format_serving, serving_section
 from solomon.tools.scratch import pipeline_env
@@ -28,15 +29,21 @@ def test_the_serving_section_runs_every_row_side_by_side(tmp_path: Path, monkeyp
     assert section["model"]["n_embd"] == 32 and section["threads"] == 1 and section["max_tokens"] == 32
     rows = section["rows"]
     engine = [row for row in rows if row["row"].startswith(ENGINE)]
-    assert [row["batch"] for row in engine] == list(CLIENTS)
+    assert sorted((row["precision"], row["batch"]) for row in engine) == [(p, c) for p in PRECISIONS for c in CLIENTS]
     assert all(row["errors"] == 0 and row["requests"] == row["batch"] for row in engine)
-    assert all(row["ratio_to_engine"] == 1.0 and row["ttft_p50_s"] <= row["p50_latency_s"] for row in engine)
+    assert all(row["ttft_p50_s"] <= row["p50_latency_s"] for row in engine)
+    assert all(row["ratio_to_engine"] == 1.0 for row in engine if row["precision"] == "fp32")
+    for precision, sizes in section["decode_batch_sizes"].items():  # each server's start-up check, and the rows
+        assert sizes[-1] == section["slots"] and sizes == sorted(sizes)
+        for row in (row for row in engine if row["precision"] == precision):
+            assert f"(decode batch {next(s for s in sizes if s >= min(row['batch'], section['slots']))})" in row["row"]
     by_name = {}
     for row in rows:
         by_name.setdefault(row["row"].split(" (")[0], []).append(row["batch"])
     assert by_name["old serial path"] == [1]
-    assert by_name["transformers GPT2LMHeadModel.generate"] == [1, 16]
-    assert by_name["bandwidth limit"] == [1, 16] and by_name["compute limit"] == [1, 16]
+    assert by_name["transformers GPT2LMHeadModel.generate, fp32"] == [1, 16]
+    assert by_name["transformers GPT2LMHeadModel.generate, bf16"] == [1, 16]
+    assert all(by_name[f"{limit} limit"] == [1, 1, 16, 16] for limit in ("bandwidth", "compute"))  # fp32, bf16
     assert by_name["llama.cpp"] == [1]
     for row in rows:
         if row.get("skipped"):
@@ -47,13 +54,14 @@ def test_the_serving_section_runs_every_row_side_by_side(tmp_path: Path, monkeyp
         assert all(value > 0 for value in figures.values()), row
         assert row.get("errors", 0) == 0, row
     transformers = [row for row in rows if row["row"].startswith("transformers")]
-    assert all(row["max_abs_logit_diff"] < 1e-4 for row in transformers)  # the same model, through the export layout
+    # the same model, through the export layout (bf16: within its rounding)
+    assert all(row["max_abs_logit_diff"] < (1e-4 if "fp32" in row["row"] else 0.5) for row in transformers)
     hardware = section["hardware"]
     assert hardware["copy_bandwidth_gbs"] > 0 and all(peak > 0 for peak in hardware["gemm_peak_gflops"].values())
     assert hardware["weight_bytes"] == 4 * hardware["parameters"]  # fp32
     assert section["host"]["cpu"]
     text = format_serving(section)
-    assert text.count(f"| {ENGINE}") == len(CLIENTS) and "host:" in text and "GEMM peak fp32" in text
+    assert text.count(f"| {ENGINE}") == len(PRECISIONS) * len(CLIENTS) and "host:" in text and "GEMM peak fp32" in text
     json.dumps(section)  # the bench record holds it as it is
 
 

@@ -4,6 +4,7 @@ beside others arriving at any step; and the load-dependent batch shape shown to 
 
 from __future__ import annotations
 
+import copy
 import time
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.model.sampling import generate
 from solomon.serving.engine import Engine, Sequence
+from solomon.serving.precision import in_precision
 
 BLOCK = 16
 
@@ -70,15 +72,36 @@ def test_the_engine_draws_the_reference_paths_tokens_from_its_logits_within_1e_5
         assert torch.allclose(logits, model(window)[0, -1], atol=1e-5, rtol=0), i
 
 
+@pytest.fixture(scope="module")
+def bf16_model(model: GPT) -> GPT:
+    return in_precision(copy.deepcopy(model), "bf16")
+
+
+def test_bf16_runs_every_linear_layer_in_bf16_near_the_fp32_logits(model: GPT, bf16_model: GPT) -> None:
+    assert bf16_model.wte.weight.dtype == torch.float32 and bf16_model.lm_head.weight.dtype == torch.bfloat16
+    assert all(block.mlp.fc.weight.dtype == torch.bfloat16 for block in bf16_model.blocks)
+    ids = torch.tensor([PROMPT])
+    exact, approx = model(ids), bf16_model(ids)
+    assert approx.dtype == torch.float32 and not torch.equal(exact, approx)
+    assert (exact - approx).abs().max() < 0.05 * exact.abs().max()
+    with pytest.raises(ValueError, match="precision 'fp16'"):
+        in_precision(model, "fp16")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("shapes", ["checked", "fixed"])
 @pytest.mark.parametrize("settings", [SAMPLED, GREEDY], ids=["sampled", "greedy"])
-def test_a_sequence_is_the_same_bit_for_bit_alone_beside_one_or_beside_a_full_batch(model: GPT, settings) -> None:
+def test_a_sequence_is_the_same_bit_for_bit_alone_beside_one_or_beside_a_full_batch(
+    model: GPT, bf16_model: GPT, settings, shapes: str, precision: str
+) -> None:
+    model = bf16_model if precision == "bf16" else model
     alone = Seen(PROMPT, 20, seed=11, **settings)
-    drive(Engine(model, slots=4), {0: [alone]})
+    drive(Engine(model, slots=4, shapes=shapes), {0: [alone]})
     beside_one = Seen(PROMPT, 20, seed=11, **settings)
-    drive(Engine(model, slots=4), {0: [Seen([1, 2, 3], 30, seed=1)], 2: [beside_one]})
+    drive(Engine(model, slots=4, shapes=shapes), {0: [Seen([1, 2, 3], 30, seed=1)], 2: [beside_one]})
     full = Seen(PROMPT, 20, seed=11, **settings)
     others = [Seen([7] * n, 40, seed=n) for n in range(1, 6)]  # five others for four slots: one waits
-    drive(Engine(model, slots=4), {0: others[:2], 1: others[2:4], 3: [full], 5: others[4:]})
+    drive(Engine(model, slots=4, shapes=shapes), {0: others[:2], 1: others[2:4], 3: [full], 5: others[4:]})
     for under_load in (beside_one, full):
         assert under_load.tokens == alone.tokens
         assert all(torch.equal(a, b) for a, b in zip(alone.logits, under_load.logits, strict=True))
@@ -89,10 +112,34 @@ def test_a_load_dependent_batch_shape_changes_the_logits_so_the_invariance_test_
     runs = []
     for company in ([], [Seen([7] * n, 40, seed=n) for n in range(1, 4)]):
         seen = Seen(PROMPT, 8, seed=11)
-        drive(Engine(model, slots=4, fixed_shape=False), {0: [seen, *company]})
+        drive(Engine(model, slots=4, shapes="load"), {0: [seen, *company]})
         runs.append(seen)
     alone, crowded = runs
     assert not all(torch.equal(a, b) for a, b in zip(alone.logits, crowded.logits, strict=True))
+
+
+class RowCountDependent(torch.nn.Module):
+    """An output layer whose rounding changes with the batch's row count, as a GEMM kernel's may."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + (x.shape[0] % 4) * 1e-6
+
+
+def test_the_start_up_check_keeps_only_batch_sizes_that_give_every_row_its_full_batch_bits(
+    model: GPT, bf16_model: GPT
+) -> None:
+    for served in (model, bf16_model):  # which sizes pass is the host's kernels' say: fp32 on Intel keeps only 8
+        native = Engine(served, slots=8).batch_sizes
+        assert native[-1] == 8 and set(native) <= {1, 2, 4, 8}
+        changed = copy.deepcopy(served)
+        changed.lm_head = RowCountDependent(changed.lm_head)  # 4 and 8 rows round as the full batch; 1 and 2 do not
+        assert Engine(changed, slots=8).batch_sizes == tuple(size for size in native if size % 4 == 0)
+        assert Engine(changed, slots=8, shapes="fixed").batch_sizes == (8,)
+        assert Engine(changed, slots=8).cache.k[0].abs().sum() == 0  # the check leaves the cache as it found it
 
 
 def test_stop_token_cancel_and_deadline_free_their_slots(model: GPT) -> None:

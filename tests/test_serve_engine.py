@@ -109,6 +109,27 @@ def test_same_text_at_any_load_streaming_logprobs_echo_n_and_the_schema(repo_cop
     assert process.returncode == 0, process.stderr.read()
 
 
+def test_bf16_serves_the_same_text_at_any_load_and_says_so_in_its_provenance(repo_copy: Path) -> None:
+    process, port = start(repo_copy, "--slots", "4", "--precision", "bf16")
+    try:
+        wait(port, process)
+        provenance = request(port, "GET", "/v1/provenance")[1]
+        assert provenance["precision"] == "bf16" and provenance["decode_batch_sizes"][-1] == 4
+        alone = request(port, "POST", "/v1/completions", ASK)[1]["choices"]
+        others = [lambda s=s: request(port, "POST", "/v1/completions", ASK | {"seed": s}) for s in range(5)]
+        crowded = concurrently([*others[:2], lambda: request(port, "POST", "/v1/completions", ASK), *others[2:]])
+        assert crowded[2][1]["choices"] == alone and all(answer[0] in (200, 429) for answer in crowded)
+        settings = ["--max-new-tokens", "40", "--temperature", "0.9", "--top-k", "40", "--seed", "5", "--slots", "4"]
+        generated = subprocess.run(
+            [SOLOMON, "generate", "--prompt", ASK["prompt"], *settings, "--precision", "bf16"],
+            cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True,
+        )  # fmt: skip
+        assert generated.stdout.rstrip("\n") == ASK["prompt"] + alone[0]["text"], generated.stderr
+    finally:
+        stop(process)
+    assert process.returncode == 0, process.stderr.read()
+
+
 def test_an_overload_gets_only_200_and_429_and_a_client_gone_mid_stream_frees_its_slot(repo_copy: Path) -> None:
     process, port = start(repo_copy, "--slots", "2", "--queue", "4", "--max-tokens", str(LONG), "--timeout", "120")
     try:

@@ -18,7 +18,15 @@ from solomon.cli.arguments import (
 )
 from solomon.errors import SolomonError
 from solomon.records import PARAMS_FILE
-from solomon.serving.limits import EXPECT_DIGEST_ENV, HOLD_ENV, IMAGE_DIGEST_ENV, MAX_SEED, MIN_TEMPERATURE, Limits
+from solomon.serving.limits import (
+    EXPECT_DIGEST_ENV,
+    HOLD_ENV,
+    IMAGE_DIGEST_ENV,
+    MAX_SEED,
+    MIN_TEMPERATURE,
+    PRECISIONS,
+    Limits,
+)
 
 SEED_LINE = "seed: "  # `solomon generate` writes "seed: <n>" to stderr: --seed <n> gives the same text again
 
@@ -72,7 +80,18 @@ def _register_generate(commands: argparse._SubParsersAction) -> None:
         help=f"the decode batch's rows, as `solomon serve --slots`: the same gives the server's text (default: "
         f"{Limits.slots})",
     )
+    add_precision(sample)
     sample.set_defaults(func=_generate)
+
+
+def add_precision(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=PRECISIONS[0],
+        help="what the model computes in: fp32, as the evaluate stage scored it, or bf16 weights in every linear "
+        "layer (faster; other text for the same seed: docs/serving.md) (default: fp32)",
+    )
 
 
 def _generate(args: argparse.Namespace) -> None:
@@ -81,7 +100,7 @@ def _generate(args: argparse.Namespace) -> None:
     seed = draw_seed() if args.seed is None else args.seed
     text = generate_text(
         run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, seed,
-        slots=args.slots,
+        slots=args.slots, precision=args.precision,
     )  # fmt: skip
     print(f"{SEED_LINE}{seed}", file=sys.stderr)  # stdout stays the text alone
     print(text)
@@ -101,6 +120,7 @@ def _register_serve(commands: argparse._SubParsersAction) -> None:
     server.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
     server.add_argument("--port", type=POSITIVE_INT, default=8000, help="the port (default: 8000)")
     server.add_argument("--threads", type=POSITIVE_INT, default=1, help="torch threads (default: 1)")
+    add_precision(server)
     add_dvc_lock(server)
     server.add_argument(
         "--image-digest",
@@ -136,8 +156,9 @@ def _serve(args: argparse.Namespace) -> None:
     run_dir = None if args.model else run_of(args)
     hold = os.environ.get(HOLD_ENV)
     source = Source(
-        root, run_dir, args.model, args.expect_digest, args.threads, args.dvc_lock, Path(hold) if hold else None
-    )
+        root, run_dir, args.model, args.expect_digest, args.threads, args.precision, args.dvc_lock,
+        Path(hold) if hold else None,
+    )  # fmt: skip
     limits = Limits(**{limit.name: getattr(args, limit.name) for limit in fields(Limits)})
     serve(partial(load, source), args.host, args.port, limits, args.image_digest)
 

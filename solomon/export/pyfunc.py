@@ -6,7 +6,8 @@ config and the tokenizer at their repository paths), and loading it is ``solomon
 verified against the run's manifest, and the manifest against the digest the registry recorded at promotion,
 before a byte of it is used. A loader module rather than a pickled ``PythonModel``: nothing is unpickled, so
 loading a registered version runs no code that was not installed. Prediction samples as ``solomon generate``
-does (``serving.generate.complete``): the same seed and settings give the same text.
+does (``serving.generate.Completer``, its engine built once at load): the same seed and settings give the same
+text.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from solomon.serving.generate import complete
+from solomon.serving.generate import Completer
 from solomon.serving.loader import Served, load_verified
 
 
@@ -22,14 +23,13 @@ class SolomonModel:
     """A verified run's model behind MLflow's pyfunc interface: one prompt a row, one text an answer."""
 
     def __init__(self, served: Served) -> None:
-        self.served = served
+        self.completer = Completer(served)
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> list[str]:
         params = params or {}
         prompts = list(model_input["prompt"])  # MLflow enforces the signature: a frame with a prompt column
         return [
-            complete(
-                self.served,
+            self.completer.complete(
                 str(prompt),
                 params.get("max_tokens"),
                 params.get("temperature"),

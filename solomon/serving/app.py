@@ -126,7 +126,8 @@ def create_app(
     async def provenance():
         if state.served is None:
             return not_ready()
-        return state.served.provenance() | {"image_digest": state.image_digest}
+        engine = {"decode_batch_sizes": state.engine.batch_sizes}  # those the start-up check kept (engine.py)
+        return state.served.provenance() | engine | {"image_digest": state.image_digest}
 
     @app.get("/v1/models")
     async def models():

@@ -2,12 +2,17 @@
 sequence; a new sequence is prefilled into a free slot between decode steps and joins the running batch; every
 step advances every active slot by one token.
 
-A sequence's tokens do not depend on what else is running, by construction: its prefill runs alone (batch of
-one, its own shape), and every decode step runs all ``slots`` rows whatever the load (idle rows padded), so the
-matmuls that produce a row never change shape; each sequence samples with its own ``torch.Generator``, seeded by
-its request. ``fixed_shape=False`` runs the active rows only: faster at low load, but a row's rounding then
-depends on how many others run (tests/test_engine.py shows the difference). Past ``block_size`` the window slides
-as in ``solomon.model.sampling.generate``: the slot is recomputed over its last ``block_size`` tokens.
+A sequence's tokens do not depend on what else is running: its prefill runs alone (batch of one, its own shape),
+attention runs per row over that row's own positions, and a decode step runs a batch of one of a few sizes, idle
+rows padded, each size kept only if it gives every row bit for bit what the full ``slots`` batch gives it.
+A matmul's rounding may change with its row count (fp32 GEMMs on the Intel host differ below 16 rows; the bf16 ones
+do not), so the engine checks, when it starts, on its own model, cache, precision and threads: every power of two
+below ``slots`` runs random decode steps beside the full batch and is kept only if each row, in any order, with
+padding or without, comes out bitwise equal (``batch_sizes``; ``"fixed"`` runs only ``slots``, ``"load"`` exactly
+the active rows: faster at low load, but a row's rounding then depends on how many others run, which
+tests/test_engine.py shows). Each sequence samples with its own ``torch.Generator``, seeded by its request. Past
+``block_size`` the window slides as in ``solomon.model.sampling.generate``: the slot is recomputed over its last
+``block_size`` tokens.
 """
 
 from __future__ import annotations
@@ -51,11 +56,21 @@ class Sequence:
     generator: torch.Generator | None = None
 
 
+SHAPES = ("checked", "fixed", "load")  # decode batch sizes: checked at start, always ``slots``, the load's own
+
+
 class Engine:
-    def __init__(self, model: GPT, slots: int, fixed_shape: bool = True) -> None:
+    def __init__(self, model: GPT, slots: int, shapes: str = "checked") -> None:
+        if shapes not in SHAPES:
+            raise ValueError(f"shapes {shapes!r}: use {', '.join(SHAPES)}")
         self.model = model.eval()
         self.cache = KVCache(model, slots)
-        self.fixed_shape = fixed_shape
+        # The decode batch sizes a step may run (ascending, ``slots`` last); None: the active rows, whatever they are.
+        self.batch_sizes: tuple[int, ...] | None = {
+            "checked": lambda: invariant_batch_sizes(self.model, self.cache),
+            "fixed": lambda: (slots,),
+            "load": lambda: None,
+        }[shapes]()
         self.active: list[Sequence | None] = [None] * slots
         self.waiting: deque[Sequence] = deque()
         self.changed = threading.Condition()
@@ -111,8 +126,11 @@ class Engine:
         cached = [(slot, sequence) for slot, sequence in running if len(sequence.ids) <= block]
         if cached:
             slots = [slot for slot, _ in cached]
-            rows = torch.arange(len(self.active)) if self.fixed_shape else torch.tensor(slots)
-            where = {slot: index for index, slot in enumerate(rows.tolist())}
+            if self.batch_sizes is not None:  # pad with idle slots up to the smallest size that holds them all
+                size = next(size for size in self.batch_sizes if size >= len(slots))
+                slots += [slot for slot in range(len(self.active)) if slot not in slots][: size - len(slots)]
+            rows = torch.tensor(slots)
+            where = {slot: index for index, slot in enumerate(slots)}
             ids = torch.zeros(len(rows), dtype=torch.long)
             pos = torch.full((len(rows),), -1)  # padding rows: computed, never written
             for slot, sequence in cached:
@@ -123,6 +141,10 @@ class Engine:
         for slot, sequence in running:
             if len(sequence.ids) > block and self.active[slot] is sequence:  # the window slides: recompute it
                 self._take(slot, sequence, prefill(self.model, self.cache, slot, sequence.ids[-block:])[0])
+
+    def decode_batch(self, active: int) -> int:
+        """The rows a decode step runs when ``active`` slots decode."""
+        return active if self.batch_sizes is None else next(size for size in self.batch_sizes if size >= active)
 
     def _still_wanted(self, slot: int, sequence: Sequence) -> bool:
         if sequence.cancelled:
@@ -146,3 +168,34 @@ class Engine:
     def _end(self, slot: int, reason: str) -> None:
         sequence, self.active[slot] = self.active[slot], None
         sequence.on_finish(reason)
+
+
+@torch.no_grad()
+def invariant_batch_sizes(model: GPT, cache: KVCache, trials: int = 2) -> tuple[int, ...]:
+    """The decode batch sizes (powers of two below ``cache.slots``, then ``cache.slots``) whose rows come out bit
+    for bit as in a full batch, on random tokens, positions and cache contents: each size runs with all its rows
+    live and with one live row among padding, its rows drawn from the full batch in a random order. The check
+    writes into ``cache`` (call it before any sequence is admitted: a slot's positions are always written before
+    they are read)."""
+    slots, block, vocab = cache.slots, cache.block_size, model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    candidates = [size for size in (2**i for i in range(slots.bit_length())) if size < slots]
+    failed: set[int] = set()
+    for _ in range(trials):
+        for tensor in (*cache.k, *cache.v):
+            tensor.copy_(torch.randn(tensor.shape, generator=generator).to(tensor.dtype))
+        ids = torch.randint(vocab, (slots,), generator=generator)
+        pos = torch.randint(block, (slots,), generator=generator)
+        everyone = torch.arange(slots)
+        full = decode(model, cache, everyone, ids, pos)
+        for size in candidates:
+            order = torch.randperm(slots, generator=generator)[:size]
+            for live in {size, 1}:
+                rows_pos = torch.cat([pos[order[:live]], torch.full((size - live,), -1)])
+                logits = decode(model, cache, order, ids[order], rows_pos)
+                if not torch.equal(logits[:live], full[order[:live]]):
+                    failed.add(size)
+                decode(model, cache, everyone, ids, pos)  # the full batch's own keys and values back in place
+    for tensor in (*cache.k, *cache.v):
+        tensor.zero_()
+    return (*[size for size in candidates if size not in failed], slots)

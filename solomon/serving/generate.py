@@ -4,13 +4,14 @@ Every file it reads — the weights, model config and tokenizer (found as ``solo
 or DVC cache) and the run's ``hyperparameters.yaml`` — is checked against the manifest's SHA256 first and then
 read from the very path verify hashed (``solomon.serving.loader``). Sampling settings default to the run's own
 ``train.samples``. Each call without a seed draws a fresh one, and the command prints the seed it used: the same
-seed gives the same text again. It samples through the serving engine, one sequence in a batch of ``slots``
-rows, so a seed gives the text `solomon serve` gives it with the same ``--slots`` and ``--threads``.
+seed gives the same text again. It samples through the serving engine, one sequence among ``slots``, so a seed
+gives the text `solomon serve` gives it with the same ``--slots``, ``--threads`` and ``--precision``.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
 from pathlib import Path
 
 from solomon.errors import SolomonError
@@ -35,8 +36,9 @@ def generate_text(
     seed: int = 0,
     threads: int = 1,
     slots: int = Limits.slots,
+    precision: str = "fp32",
 ) -> str:
-    served = load_verified(run_dir, root, threads=threads)
+    served = load_verified(run_dir, root, threads=threads, precision=precision)
     if not served.tokenizer.encode(prompt).ids:
         raise SolomonError("--prompt is empty: give some text to continue")
     return complete(served, prompt, max_new_tokens, temperature, top_k, seed, slots)
@@ -51,17 +53,35 @@ def complete(
     seed: int = 0,
     slots: int = Limits.slots,
 ) -> str:
-    """``prompt`` and its continuation, sampled through the serving engine as `solomon generate` and `solomon
-    serve` sample (settings left None: the run's own ``train.samples``): every path that answers with text (the
-    MLflow pyfunc model too) answers through here, so one seed gives one text."""
-    samples = served.samples
-    prompt_ids = served.tokenizer.encode(prompt).ids
-    if not prompt_ids:
-        raise SolomonError("the prompt is empty: give some text to continue")
-    new_ids: list[int] = []
-    engine = Engine(served.model, slots)
-    engine.submit(
-        Sequence(
+    """``prompt`` and its continuation (``Completer.complete``) through a new engine of ``slots``."""
+    return Completer(served, slots).complete(prompt, max_new_tokens, temperature, top_k, seed)
+
+
+class Completer:
+    """Text sampled through one serving engine, one call at a time, as `solomon generate` and `solomon serve` sample
+    (settings left None: the run's own ``train.samples``): every path that answers with text (the MLflow pyfunc
+    model too) answers through here, so one seed gives one text. The engine — its KV cache and its start-up check
+    of batch sizes — is built once, for every call."""
+
+    def __init__(self, served: Served, slots: int = Limits.slots) -> None:
+        self.served = served
+        self.engine = Engine(served.model, slots)
+        self.lock = threading.Lock()  # the engine steps one caller's sequence at a time
+
+    def complete(
+        self,
+        prompt: str,
+        max_new_tokens: int | None = None,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        seed: int = 0,
+    ) -> str:
+        served, samples = self.served, self.served.samples
+        prompt_ids = served.tokenizer.encode(prompt).ids
+        if not prompt_ids:
+            raise SolomonError("the prompt is empty: give some text to continue")
+        new_ids: list[int] = []
+        sequence = Sequence(
             prompt_ids,
             max_new_tokens or samples["max_new_tokens"],
             temperature or samples["temperature"],
@@ -71,7 +91,8 @@ def complete(
             on_finish=lambda reason: None,
             stop_id=served.stop_id,
         )
-    )
-    while engine.busy():
-        engine.step()
-    return prompt + served.tokenizer.decode(new_ids)
+        with self.lock:
+            self.engine.submit(sequence)
+            while self.engine.busy():
+                self.engine.step()
+        return prompt + served.tokenizer.decode(new_ids)

@@ -26,6 +26,7 @@ from solomon.model.gpt import GPT
 from solomon.params import read_yaml
 from solomon.records import RunFiles
 from solomon.runtime import configure_torch
+from solomon.serving.precision import in_precision
 
 # What generation reads: the serving files and the run's hyperparameters (sampling defaults, end-of-document token).
 LOADED = (*records.SERVING_FILES, RunFiles.HYPERPARAMETERS)
@@ -46,6 +47,7 @@ class Served:
     verified: str  # verify's summary line
     verified_utc: str
     threads: int
+    precision: str  # fp32 or bf16: what the model computes in (solomon.serving.precision)
     workspace: list[str] = field(default_factory=list)  # how the workspace's dvc.lock differs from the run's
     registry: dict | None = None  # name, version, alias when served from the registry
 
@@ -67,6 +69,7 @@ class Served:
             "solomon_version": __version__,
             "torch_version": torch.__version__,
             "threads": self.threads,
+            "precision": self.precision,
         }
 
 
@@ -77,17 +80,18 @@ def load_verified(
     threads: int = 1,
     registry: dict | None = None,
     dvc_lock: bool = True,
+    precision: str = "fp32",
 ) -> Served:
     """Verify the files serving reads of ``run_dir`` (against ``expect_digest`` when given; ``dvc_lock=False``:
     ``root`` holds only the run's files, as in the serving image), then load them from the paths verify hashed.
-    Any problem refuses (SolomonError, one line)."""
+    Any problem refuses (SolomonError, one line). The model computes in ``precision`` (fp32 or bf16)."""
     result = require_verified(
         run_dir, root, f"refusing to load {run_dir}", names=set(LOADED), expect_digest=expect_digest, dvc_lock=dvc_lock
     )
     files = result.files
     hyper = read_yaml(files[RunFiles.HYPERPARAMETERS])
     configure_torch(threads)
-    model = weights.load_files(files[records.MODEL_CONFIG], files[records.WEIGHTS])
+    model = in_precision(weights.load_files(files[records.MODEL_CONFIG], files[records.WEIGHTS]), precision)
     tokenizer = load_tokenizer(files[records.TOKENIZER])
     recorded = {s["name"]: s["digest"]["sha256"] for s in result.statement["subject"]}
     return Served(
@@ -102,6 +106,7 @@ def load_verified(
         verified=summary(result),
         verified_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         threads=threads,
+        precision=precision,
         workspace=result.workspace,
         registry=registry,
     )

@@ -34,6 +34,7 @@ class Source:
     model: str | None = None
     expect_digest: str | None = None
     threads: int = 1
+    precision: str = "fp32"  # what the model computes in: fp32 or bf16 (solomon.serving.precision)
     dvc_lock: bool = True  # False: the root holds only the run's files (the serving image), no dvc.lock to compare
     hold_until: Path | None = None  # a test hook (limits.HOLD_ENV): wait for this file before verifying
 
@@ -43,16 +44,18 @@ def load(source: Source) -> Served:
         time.sleep(0.05)
     if source.model is None:
         return load_verified(
-            source.run_dir, source.root, source.expect_digest, source.threads, dvc_lock=source.dvc_lock
-        )
+            source.run_dir, source.root, source.expect_digest, source.threads, dvc_lock=source.dvc_lock,
+            precision=source.precision,
+        )  # fmt: skip
     from solomon.tracking.registry import resolve  # imports mlflow: only when serving from the registry
 
     version = resolve(source.model, source.root)
     if source.expect_digest not in (None, version.manifest_sha256):
         raise SolomonError(f"{source.model} is manifest {version.manifest_sha256[:12]}…, not --expect-digest")
     return load_verified(
-        version.run_dir, source.root, version.manifest_sha256, source.threads, version.as_dict(), source.dvc_lock
-    )
+        version.run_dir, source.root, version.manifest_sha256, source.threads, version.as_dict(), source.dvc_lock,
+        source.precision,
+    )  # fmt: skip
 
 
 def serve(

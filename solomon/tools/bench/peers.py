@@ -97,13 +97,21 @@ def hf_model(source: Source):
     return model
 
 
-def hf_rows(source: Source, prompt_ids: list[int], max_tokens: int, requests: int, batches: tuple[int, ...]):
-    """transformers' ``generate`` (sampled, KV cache) at each batch; the largest logit difference from
-    Solomon's own forward on the prompt, the proof that it is the same model."""
-    model = hf_model(source)
+def hf_rows(
+    source: Source,
+    prompt_ids: list[int],
+    max_tokens: int,
+    requests: int,
+    batches: tuple[int, ...],
+    dtype: torch.dtype = torch.float32,
+):
+    """transformers' ``generate`` (sampled, KV cache) at each batch, the model cast to ``dtype`` as
+    ``torch_dtype=`` would (every weight and activation); the largest logit difference from Solomon's own fp32
+    forward on the prompt, the proof that it is the same model."""
+    model = hf_model(source).to(dtype)
     prompt = torch.tensor([prompt_ids])
     with torch.no_grad():
-        diff = float((model(prompt).logits - source.model(prompt)[0]).abs().max())
+        diff = float((model(prompt).logits.float() - source.model(prompt)[0]).abs().max())
     rows = []
     for batch in batches:
         ids = prompt.repeat(batch, 1)

@@ -1,10 +1,10 @@
-"""What this machine allows a decode step, from the model's size: the rows of the serving section that no code
-reaches, the ceilings the engine's tokens/s is read against.
+"""What this machine allows a decode step, from the model's size: the rows of the serving section that no code reaches,
+the ceilings the engine's tokens/s is read against.
 
-A decode step reads every weight once, whatever its batch of B sequences, so memory allows B × bandwidth /
-weight bytes tokens/s; each token costs 2 FLOPs per parameter, so the fp32 GEMM peak allows peak / (2 ×
-parameters) tokens/s at any batch. Both are upper bounds: attention over the KV cache, activations and the
-sampling are left out, and weights that fit a cache are read faster than memory's bandwidth.
+A decode step reads every weight once, whatever its batch of B sequences, so memory allows B × bandwidth / weight
+bytes tokens/s (4 bytes a weight in fp32, 2 in bf16); each token costs 2 FLOPs per parameter, so a precision's GEMM
+peak allows peak / (2 × parameters) tokens/s at any batch. Both are upper bounds: attention over the KV cache,
+activations and the sampling are left out, and weights that fit a cache are read faster than memory's bandwidth.
 """
 
 import time
@@ -39,11 +39,12 @@ def hardware_limits(
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     bandwidth = copy_bandwidth_gbs(copy_mib)
     peaks = gemm_peaks(*gemm)
-    compute = round(peaks["fp32"] * 1e9 / (2 * parameters), 1)
-    rows = [
-        {"row": "bandwidth limit", "batch": batch, "tokens_per_s": round(batch * bandwidth * 1e9 / weight_bytes, 1)}
-        for batch in batches
-    ] + [{"row": "compute limit (fp32)", "batch": batch, "tokens_per_s": compute} for batch in batches]
+    rows = []
+    for precision, size in (("fp32", 4), ("bf16", 2)):  # bytes a weight takes in that precision's decode step
+        compute = round(peaks[precision] * 1e9 / (2 * parameters), 1)
+        tokens = {batch: round(batch * bandwidth * 1e9 / (parameters * size), 1) for batch in batches}
+        rows += [{"row": f"bandwidth limit ({precision})", "batch": b, "tokens_per_s": t} for b, t in tokens.items()]
+        rows += [{"row": f"compute limit ({precision})", "batch": batch, "tokens_per_s": compute} for batch in batches]
     return {
         "parameters": parameters,
         "weight_bytes": weight_bytes,

@@ -46,34 +46,43 @@ def weights_digest(model: GPT) -> str:
 
 
 def serve_random_model(
-    port: int, tokenizer_path: str, threads: int, model: dict | None = None, slots: int = Limits.slots
+    port: int,
+    tokenizer_path: str,
+    threads: int,
+    model: dict | None = None,
+    slots: int = Limits.slots,
+    precision: str = "fp32",
 ) -> None:
     """The serving stack (FastAPI app, queue, worker, uvicorn) around ``random_model`` (the default size unless
-    ``model`` says otherwise): a load figure needs the default model's speed, not a trained run. Nothing here is
-    verified; /v1/provenance's weights_sha256 is ``weights_digest``."""
+    ``model`` says otherwise) computing in ``precision``: a load figure needs the default model's speed, not a
+    trained run. Nothing here is verified; /v1/provenance's weights_sha256 is ``weights_digest`` (of the fp32
+    weights)."""
     from datetime import UTC, datetime
 
     from solomon.data.tokenizer import load_tokenizer
     from solomon.records import WEIGHTS
     from solomon.serving.loader import Served
+    from solomon.serving.precision import in_precision
     from solomon.serving.server import serve
 
     def load() -> Served:
         configure_torch(threads)
         tokenizer = load_tokenizer(Path(tokenizer_path))
         served_model = random_model(tokenizer.get_vocab_size(), model)
+        digest = weights_digest(served_model)
         return Served(
-            model=served_model,
+            model=in_precision(served_model, precision),
             tokenizer=tokenizer,
             stop_id=None,  # every request generates its max_tokens
             samples={"max_new_tokens": MAX_TOKENS, **SAMPLES},
             run_id="bench-random-weights",
             manifest_sha256="0" * 64,
-            files={WEIGHTS: {"sha256": weights_digest(served_model), "verified_in": "not verified"}},
+            files={WEIGHTS: {"sha256": digest, "verified_in": "not verified"}},
             git={},
             verified="not verified: random weights for the load figure",
             verified_utc=datetime.now(UTC).isoformat(timespec="seconds"),
             threads=threads,
+            precision=precision,
         )
 
     serve(load, "127.0.0.1", port, Limits(slots=slots, queue=64, timeout_s=600))
@@ -106,16 +115,16 @@ def ask(port: int, path: str, body: dict | None = None, timeout: float = 600) ->
 
 @contextlib.contextmanager
 def random_model_server(
-    tokenizer: Path, threads: int, model: dict | None = None, slots: int = Limits.slots
+    tokenizer: Path, threads: int, model: dict | None = None, slots: int = Limits.slots, precision: str = "fp32"
 ) -> Iterator[subprocess.Popen]:
     """A ``serve_random_model`` process on a free loopback port (``process.port``), ready (/readyz 200) within
     ``READY_S``; stopped (SIGTERM, drained) on the way out."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = "from solomon.tools.bench.serving import serve_random_model as s; s({}, {!r}, {}, model={!r}, slots={})"
+    code = "from solomon.tools.bench.serving import serve_random_model as s; s({}, {!r}, {}, {!r}, {}, {!r})"
     server = subprocess.Popen(
-        [sys.executable, "-c", code.format(port, str(tokenizer), threads, model, slots)],
+        [sys.executable, "-c", code.format(port, str(tokenizer), threads, model, slots, precision)],
         env=pipeline_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -141,6 +150,11 @@ def random_model_server(
 
 def served_weights(port: int) -> str:
     return ask(port, "/v1/provenance")[1]["weights_sha256"]
+
+
+def decode_batch_sizes(port: int) -> list[int]:
+    """The decode batch sizes the server's engine kept at its start-up check."""
+    return ask(port, "/v1/provenance")[1]["decode_batch_sizes"]
 
 
 def stream_completion(port: int, max_tokens: int, seed: int) -> tuple[float, float, int]:

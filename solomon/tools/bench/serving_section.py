@@ -3,30 +3,35 @@ size, seed 0), the same torch threads and the same 32 new tokens per request (sa
 top-k 40, no stop token):
 
 1. the old serial path in process (``solomon.model.sampling.generate``: the whole window per token), batch 1;
-2. the engine through the real server (a ``serve_random_model`` process on loopback) at 1, 4 and 16 closed-loop
-   clients streaming their completions: requests/s, new tokens/s, p50/p95 latency to ``data: [DONE]``, time to
-   the first chunk carrying text, errors;
+2. the engine through the real server (a ``serve_random_model`` process on loopback), in each precision (fp32,
+   bf16), at 1, 4 and 16 closed-loop clients streaming their completions: requests/s, new tokens/s, p50/p95
+   latency to ``data: [DONE]``, time to the first chunk carrying text, errors; the decode batch each load runs
+   (the smallest of the sizes the engine's start-up check kept that holds the clients);
 3. the hardware's limits for the model's size (``solomon.tools.bench.roofline``) at batch 1 and 16;
 4. peers on the same weights through Solomon's exporters (``solomon.tools.bench.peers``): transformers at batch
-   1 and 16, llama.cpp at batch 1 where ``llama_cpp`` imports;
+   1 and 16 in fp32 and in bf16 (``torch_dtype``'s cast: every weight and activation), llama.cpp at batch 1 where
+   ``llama_cpp`` imports;
 
-each row's tokens/s also as a ratio to the engine's at the same batch.
+each row's tokens/s also as a ratio to the fp32 engine's at the same batch (the peers compute in fp32).
 """
 
 import tempfile
 from pathlib import Path
+
+import torch
 
 from solomon import machine
 from solomon.data.tokenizer import load_tokenizer
 from solomon.errors import SolomonError
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch
-from solomon.serving.limits import Limits
+from solomon.serving.limits import PRECISIONS, Limits
 from solomon.tools.bench import SERVING_CLIENTS, SERVING_REQUESTS, peers, roofline
 from solomon.tools.bench.serving import (
     MAX_TOKENS,
     PROMPT,
     bench_tokenizer,
+    decode_batch_sizes,
     engine_load,
     random_model,
     random_model_server,
@@ -49,6 +54,7 @@ def serving_section(
     peer_requests: int = 3,
     copy_mib: int = roofline.COPY_MIB,
     gemm: tuple[int, int] = BENCH_GEMM,
+    precisions: tuple[str, ...] = PRECISIONS,
 ) -> dict:
     """Every row of the section (``model``: ModelParams fields, None for the defaults; the rest as named);
     ``peer_requests`` timed calls per in-process row after one warm-up."""
@@ -63,30 +69,37 @@ def serving_section(
         prompt_ids = tokenizer.encode(PROMPT).ids
         batches = tuple(sorted({1, max(clients)}))
         hardware = roofline.hardware_limits(reference, batches, copy_mib, gemm)
-        rows = []
-        with random_model_server(tokenizer_path, threads, model, slots) as server:
-            port = server.port
-            if served_weights(port) != digest:
-                raise SolomonError("the bench server's random weights are not the in-process model's")
-            stream_completion(port, max_tokens, seed=0)  # warm-up
-            for count in clients:
-                load = engine_load(port, count, requests_per_client, max_tokens)
-                name = f"{ENGINE}, {count} client{'s' if count > 1 else ''} (decode batch {min(count, slots)})"
-                rows.append({"row": name} | load)
+        rows, kept = [], {}
+        for precision in precisions:
+            with random_model_server(tokenizer_path, threads, model, slots, precision) as server:
+                port = server.port
+                if served_weights(port) != digest:
+                    raise SolomonError("the bench server's random weights are not the in-process model's")
+                kept[precision] = decode_batch_sizes(port)
+                stream_completion(port, max_tokens, seed=0)  # warm-up
+                for count in clients:
+                    load = engine_load(port, count, requests_per_client, max_tokens)
+                    decoded = next(size for size in kept[precision] if size >= min(count, slots))
+                    plural = "s" if count > 1 else ""
+                    name = f"{ENGINE}, {precision}, {count} client{plural} (decode batch {decoded})"
+                    rows.append({"row": name, "precision": precision} | load)
         rows.append(
             {"row": "old serial path (sampling.generate, whole window per token)"}
             | peers.reference_row(reference, prompt_ids, max_tokens, peer_requests)
         )
         (work / "export").mkdir()
         source = peers.unverified_source(reference, tokenizer_path, work / "export")
-        rows += [{"row": "transformers GPT2LMHeadModel.generate (KV cache)"} | row
-                 for row in peers.hf_rows(source, prompt_ids, max_tokens, peer_requests, batches)]  # fmt: skip
+        for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            peer = {"row": f"transformers GPT2LMHeadModel.generate, {name} (KV cache)", "precision": name}
+            rows += [peer | row for row in peers.hf_rows(source, prompt_ids, max_tokens, peer_requests, batches, dtype)]
         rows.append(
             {"row": "llama.cpp (llama_cpp, GGUF fp32)"}
             | peers.llama_cpp_row(source, work, prompt_ids, max_tokens, peer_requests, threads)
         )
     rows += hardware.pop("rows")
-    engine = {row["batch"]: row["tokens_per_s"] for row in rows if row["row"].startswith(ENGINE)}
+    engine = {
+        row["batch"]: row["tokens_per_s"] for row in rows if row.get("precision") == "fp32" and ENGINE in row["row"]
+    }
     for row in rows:
         if "tokens_per_s" in row and engine.get(row["batch"]):
             row["ratio_to_engine"] = round(row["tokens_per_s"] / engine[row["batch"]], 3)
@@ -96,6 +109,7 @@ def serving_section(
         "host": {key: described.get(key) for key in ("cpu", "family", "model", "kind")},
         "threads": threads,
         "slots": slots,
+        "decode_batch_sizes": kept,
         "max_tokens": max_tokens,
         "prompt": PROMPT,
         "prompt_tokens": len(prompt_ids),

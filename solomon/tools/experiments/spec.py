@@ -2,11 +2,11 @@
 
 It holds ``base`` (params every run sets: small enough for 2 cores) and ``pages``: per page its ``runs`` (name →
 params), ``charts`` and ``columns`` (metrics for the results table), and optionally ``params`` that all of the
-page's runs hold (the recipe a page studies, where it is not the default's), ``queue`` (queue its runs),
-``prefix`` (its experiments' names start with it; the page's name by default) and ``scale`` (``docs``, the default:
-the base applies; ``full``: it does not, so the runs train at params.yaml's own scale, an hour each). Every command of a page sets every key
-that any of its runs changes, so the commands do not depend on the order they run in, nor on what the workspace
-held before.
+page's runs hold (the recipe a page studies, where it is not the default's), ``queue`` (queue its runs), ``prefix``
+(its experiments' names start with it; the page's name by default) and ``scale`` (``docs``, the default: the base
+applies; ``full``: it does not, so the runs train at params.yaml's own scale, an hour each). Every command of a page
+sets every key that any of its runs changes, so the commands do not depend on the order they run in, nor on what the
+workspace held before.
 """
 
 from __future__ import annotations
