@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +15,7 @@ from solomon.model.gpt import GPT, GPTConfig
 from solomon.model.sampling import generate
 from solomon.serving.engine import Engine, Sequence
 from solomon.serving.precision import in_precision
+from solomon.tools.bench.precision import precision_scores
 
 BLOCK = 16
 
@@ -161,3 +163,11 @@ def test_stop_token_cancel_and_deadline_free_their_slots(model: GPT) -> None:
     cancelled.sequence.cancelled = True
     engine.step()
     assert cancelled.finish == "cancelled" and not engine.busy() and after.tokens == probe.tokens
+
+
+def test_the_precision_bench_scores_a_model_in_each_serving_precision(model: GPT) -> None:
+    tokens = np.random.default_rng(0).integers(0, 101, 200).astype(np.uint16)
+    scores = precision_scores(model, {"val": tokens}, np.full(101, 3), batch_size=4)
+    assert set(scores) == {"fp32", "bf16"} and model.lm_head.weight.dtype == torch.float32  # scored on copies
+    fp32, bf16 = scores["fp32"]["val"], scores["bf16"]["val"]
+    assert fp32["loss"] != bf16["loss"] and abs(fp32["loss"] - bf16["loss"]) < 0.05
