@@ -125,19 +125,14 @@ class Engine:
         running = [(s, q) for s, q in enumerate(self.active) if q is not None and self._still_wanted(s, q)]
         cached = [(slot, sequence) for slot, sequence in running if len(sequence.ids) <= block]
         if cached:
-            slots = [slot for slot, _ in cached]
-            if self.batch_sizes is not None:  # pad with idle slots up to the smallest size that holds them all
-                size = next(size for size in self.batch_sizes if size >= len(slots))
-                slots += [slot for slot in range(len(self.active)) if slot not in slots][: size - len(slots)]
-            rows = torch.tensor(slots)
-            where = {slot: index for index, slot in enumerate(slots)}
-            ids = torch.zeros(len(rows), dtype=torch.long)
-            pos = torch.full((len(rows),), -1)  # padding rows: computed, never written
-            for slot, sequence in cached:
-                ids[where[slot]], pos[where[slot]] = sequence.ids[-1], len(sequence.ids) - 1
-            logits = decode(self.model, self.cache, rows, ids, pos)
-            for slot, sequence in cached:
-                self._take(slot, sequence, logits[where[slot]])
+            live = [slot for slot, _ in cached]
+            idle = [slot for slot in range(len(self.active)) if slot not in live]
+            padding = idle[: self.decode_batch(len(live)) - len(live)]  # rows computed, never written (pos -1)
+            ids = [sequence.ids[-1] for _, sequence in cached] + [0] * len(padding)
+            pos = [len(sequence.ids) - 1 for _, sequence in cached] + [-1] * len(padding)
+            logits = decode(self.model, self.cache, torch.tensor(live + padding), torch.tensor(ids), torch.tensor(pos))
+            for row, (slot, sequence) in enumerate(cached):
+                self._take(slot, sequence, logits[row])
         for slot, sequence in running:
             if len(sequence.ids) > block and self.active[slot] is sequence:  # the window slides: recompute it
                 self._take(slot, sequence, prefill(self.model, self.cache, slot, sequence.ids[-block:])[0])
