@@ -61,22 +61,31 @@ GREEDY = {"temperature": 1.0, "top_k": 1}
 NUCLEUS = {"temperature": 1.0, "top_k": None, "top_p": 0.7}
 
 
+@pytest.fixture(scope="module")
+def bf16_model(model: GPT) -> GPT:
+    return in_precision(copy.deepcopy(model), "bf16")
+
+
+@pytest.fixture(scope="module")
+def fp32_model(model: GPT) -> GPT:
+    """The fp32 model as the server holds it: packed linear layers."""
+    return in_precision(copy.deepcopy(model), "fp32")
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed"])
 @pytest.mark.parametrize("settings", [SAMPLED, GREEDY, NUCLEUS], ids=["sampled", "greedy", "nucleus"])
-def test_the_engine_draws_the_reference_paths_tokens_from_its_logits_within_1e_5(model: GPT, settings) -> None:
+def test_the_engine_draws_the_reference_paths_tokens_from_its_logits_within_1e_5(
+    model: GPT, fp32_model: GPT, settings, packed: bool
+) -> None:
     # 6 prompt tokens + 24 new: past block_size 16, so the window slides for the last 14.
     seen = Seen(PROMPT, 24, seed=3, **settings)
-    drive(Engine(model, slots=4), {0: [seen]})
+    drive(Engine(fp32_model if packed else model, slots=4), {0: [seen]})
     reference = generate(model, PROMPT, 24, generator=torch.Generator().manual_seed(3), **settings)
     assert seen.tokens == reference and seen.finish == "length"
     ids = PROMPT + seen.tokens
     for i, logits in enumerate(seen.logits):
         window = torch.tensor([ids[: len(PROMPT) + i]][-BLOCK:])[:, -BLOCK:]
         assert torch.allclose(logits, model(window)[0, -1], atol=1e-5, rtol=0), i
-
-
-@pytest.fixture(scope="module")
-def bf16_model(model: GPT) -> GPT:
-    return in_precision(copy.deepcopy(model), "bf16")
 
 
 def test_bf16_runs_every_linear_layer_in_bf16_near_the_fp32_logits(model: GPT, bf16_model: GPT) -> None:
@@ -90,13 +99,13 @@ def test_bf16_runs_every_linear_layer_in_bf16_near_the_fp32_logits(model: GPT, b
         in_precision(model, "fp16")
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["plain", "fp32", "bf16"])
 @pytest.mark.parametrize("shapes", ["checked", "fixed"])
 @pytest.mark.parametrize("settings", [SAMPLED, GREEDY], ids=["sampled", "greedy"])
 def test_a_sequence_is_the_same_bit_for_bit_alone_beside_one_or_beside_a_full_batch(
-    model: GPT, bf16_model: GPT, settings, shapes: str, precision: str
+    model: GPT, fp32_model: GPT, bf16_model: GPT, settings, shapes: str, precision: str
 ) -> None:
-    model = bf16_model if precision == "bf16" else model
+    model = {"plain": model, "fp32": fp32_model, "bf16": bf16_model}[precision]
     alone = Seen(PROMPT, 20, seed=11, **settings)
     drive(Engine(model, slots=4, shapes=shapes), {0: [alone]})
     beside_one = Seen(PROMPT, 20, seed=11, **settings)

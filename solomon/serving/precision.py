@@ -22,26 +22,40 @@ from solomon.serving.limits import PRECISIONS
 
 
 class Bf16Linear(nn.Module):
-    """``nn.Linear`` with bf16 weights: fp32 in, fp32 out, the matmul in bf16 (fp32 accumulation in the kernel)."""
+    """``nn.Linear`` in bf16 for inference: the weights cast once and packed once into oneDNN's own layout (what
+    torch.compile's CPU freezing does), so that no call reorders them again; fp32 in, fp32 out. On the Intel host,
+    one thread, the default model's layers ran 1.4–2.1× faster packed than through ``F.linear``, which reorders
+    bf16 weights for AMX at every call (fp32 layers gain nothing packed at one row: they stay ``nn.Linear``)."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        self.weight = nn.Parameter(linear.weight.detach().to(torch.bfloat16), requires_grad=False)
-        bias = linear.bias
-        self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+        self.weight = weight.detach().to(torch.bfloat16)
+        self.bias = None if bias is None else bias.detach().to(torch.bfloat16)
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, None) if PACKED else None
+
+    def __deepcopy__(self, memo: dict) -> Bf16Linear:  # a packed tensor has no storage to copy: pack anew
+        return Bf16Linear(self.weight.clone(), None if self.bias is None else self.bias.clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x.to(torch.bfloat16), self.weight, self.bias).float()
+        x = x.to(torch.bfloat16)
+        if self.packed is None:
+            return F.linear(x, self.weight, self.bias).float()
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "").float()
+
+
+# oneDNN is in every x86 and aarch64 build of torch; elsewhere the bf16 layers run unpacked.
+PACKED = torch.backends.mkldnn.is_available()
 
 
 def in_precision(model: GPT, precision: str) -> GPT:
-    """``model`` set to compute in ``precision`` (in place; returned for chaining). In bf16 the output layer gets
-    its own bf16 copy of the tied embedding matrix: the token embedding itself stays fp32."""
+    """``model`` set to compute in ``precision`` (in place; returned for chaining). In bf16 every linear layer is
+    a ``Bf16Linear``, and the output layer gets its own bf16 copy of the tied embedding matrix: the token
+    embedding itself stays fp32."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: use {' or '.join(PRECISIONS)}")
     if precision == "bf16":
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, nn.Linear):
-                    setattr(parent, name, Bf16Linear(child))
+                    setattr(parent, name, Bf16Linear(child.weight, child.bias))
     return model.eval()
