@@ -25,10 +25,13 @@ PositiveInt = Annotated[int, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 
-def Param(default: Any = ..., meaning: str = "", **constraints: Any) -> Any:
+def Param(default: Any = ..., meaning: str = "", before: Any = ..., **constraints: Any) -> Any:
     """One parameter: its default, its bounds and its one-line meaning, declared together. The meaning is what
-    params.yaml's comment and docs/params.md say (``solomon params --write`` renders both)."""
-    return Field(default, description=meaning, **constraints)
+    params.yaml's comment and docs/params.md say (``solomon params --write`` renders both). ``before``, where the
+    default has moved since the param was added: what the code did before it existed, so a record made then
+    (without the key) ran as this value (``before_values``)."""
+    extra = {} if before is ... else {"json_schema_extra": {"before": before}}
+    return Field(default, description=meaning, **extra, **constraints)
 
 
 class ParamError(ValueError):
@@ -246,17 +249,22 @@ class TrainParams(_Section):
 
 
 class LrParams(_Section):
-    """Noam: lr(s) = peak · min(s / warmup, sqrt(warmup / s)), s the 1-based step; then an optional cooldown."""
+    """A linear warm-up to the peak, then constant (warm-up–stable–decay) or Noam's lr(s) = peak · sqrt(warmup / s),
+    s the 1-based step; then the cooldown to zero."""
 
     schedule: Literal["noam", "constant"] = Param(
-        "noam", "noam (1/√s decay after the warm-up), or constant (peak held: warm-up–stable–decay with a cooldown)"
+        "constant",
+        "constant (peak held: warm-up–stable–decay with the cooldown; docs/full-scale.md), or noam (1/√s decay)",
+        before="noam",
     )
     peak: float = Param(
         2e-3, "the learning rate at step lr.warmup (the optimiser sweep's best with Muon: docs/optimizer.md)", gt=0.0
     )
     warmup: PositiveInt = Param(200, "steps of linear warm-up (docs/warmup.md)")
     cooldown: Fraction = Param(
-        0.0, "the last fraction of train.max_steps over which the rate falls linearly to zero (0: none; docs/sweep.md)"
+        0.2,
+        "the last fraction of train.max_steps over which the rate falls linearly to zero (0: none; docs/sweep.md)",
+        before=0.0,
     )
 
 
@@ -351,6 +359,18 @@ def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+def before_values(section: type[BaseModel] | None = None, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: what the code did before the param existed}, for the params declared with ``before``."""
+    values: dict[str, Any] = {}
+    for name, field in (section or Params).model_fields.items():
+        key = f"{prefix}.{name}" if prefix else name
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            values |= before_values(field.annotation, key)
+        elif isinstance(field.json_schema_extra, dict) and "before" in field.json_schema_extra:
+            values[key] = field.json_schema_extra["before"]
+    return values
 
 
 def describe_error(error: ValidationError) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from solomon.errors import SolomonError
-from solomon.params import Params, flatten, read_yaml
+from solomon.params import Params, before_values, flatten, read_yaml
 from solomon.records import PARAMS_FILE, RECORD_FILES, RunFiles, read_evals, read_json, read_reliability, read_steps
 from solomon.tools.experiments.spec import nest, run_settings
 from solomon.tools.scratch import merge
@@ -58,10 +58,10 @@ def read_results(data: Path, runs: list[str]) -> dict[str, dict]:
 def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]:
     """One line per run of the page whose recorded params.yaml is not what its command gives on ``params`` (the
     current params.yaml, nested) — its numbers are from another recipe — naming the first differing keys. A key
-    the record lacks is a param added since; at its declared default it is no difference, since a new param's
-    default is what the code did before it existed (solomon/params.py)."""
+    the record lacks is a param added since; at what the code did before it existed it is no difference: its
+    declared default, or its ``before`` value where the default has moved since (solomon/params.py)."""
     stale = []
-    declared = flatten(Params().model_dump(mode="json"), "")
+    declared = flatten(Params().model_dump(mode="json"), "") | before_values()
     for run, settings in run_settings(spec, page, flatten(params, "params")).items():
         recorded_path = data_dir(docs_dir, page) / run / RunFiles.PARAMS
         if not recorded_path.is_file():

@@ -136,12 +136,13 @@ def fixed_settings(spec: dict, page: str) -> dict:
 
 
 def run_settings(spec: dict, page: str, defaults: dict) -> dict[str, dict]:
-    """{run: the flat params its command sets}: the fixed ones, and every key any run of the page changes."""
+    """{run: the flat params its command sets}: the fixed ones, and every key any run of the page changes — in a
+    run that does not change it, at the page's fixed value if it has one, else at today's default."""
     runs = {run: run_entry(value)[0] for run, value in spec["pages"][page]["runs"].items()}
     varied = sorted({key for overrides in runs.values() for key in overrides})
     fixed = fixed_settings(spec, page)
     return {
-        run: fixed | {key: overrides.get(key, defaults[f"params.{key}"]) for key in varied}
+        run: fixed | {key: overrides.get(key, fixed.get(key, defaults[f"params.{key}"])) for key in varied}
         for run, overrides in runs.items()
     }
 
