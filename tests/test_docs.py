@@ -169,19 +169,23 @@ def test_run_page_runs_real_experiments_and_the_page_renders_from_them(tmp_path:
     assert all((docs / "smoothing" / f"{chart}.png").stat().st_size > 1000 for chart in ("reliability", "loss", "lr"))
 
 
-def test_a_param_added_since_a_run_is_no_difference_at_its_default_but_is_at_another(tmp_path: Path) -> None:
-    """A run recorded before a param existed trained as that param's default does (a new param defaults to the
-    code's old behaviour): its page is not marked stale, until params.yaml sets the param to something else."""
+def test_a_param_added_since_a_run_is_no_difference_at_what_the_code_did_before_it(tmp_path: Path) -> None:
+    """A run recorded before a param existed trained as the code did then: the param's declared default, or its
+    declared ``before`` where the default has moved since (lr.cooldown: 0.0 then, 0.2 now). Its page is not marked
+    stale while params.yaml holds that value, and is once it holds another."""
     spec = {"base": {"train.max_steps": 5}, "pages": {"p": {"runs": {"a": {}}, "charts": [], "columns": {}}}}
     params = read_params(ROOT)
     recorded = yaml.safe_load((ROOT / "params.yaml").read_text())
     recorded["train"]["max_steps"] = 5
-    del recorded["lr"]["cooldown"]  # as a run made before lr.cooldown existed recorded it
+    del recorded["lr"]["cooldown"], recorded["train"]["seed"]  # as runs made before they existed recorded them
     (tmp_path / "p/data/a").mkdir(parents=True)
     (tmp_path / "p/data/a/params.yaml").write_text(yaml.safe_dump(recorded))
-    assert stale_runs(spec, "p", tmp_path, params) == []
-    params["lr"]["cooldown"] = 0.3
-    assert stale_runs(spec, "p", tmp_path, params) == ["p/a: lr.cooldown ran '(unset)', now 0.3"]
+    assert params["lr"]["cooldown"] == 0.2
+    assert stale_runs(spec, "p", tmp_path, params) == ["p/a: lr.cooldown ran '(unset)', now 0.2"]
+    params["lr"]["cooldown"] = 0.0  # what the code did before lr.cooldown existed
+    assert stale_runs(spec, "p", tmp_path, params) == []  # train.seed: at its default, which never moved
+    params["train"]["seed"] = 7
+    assert stale_runs(spec, "p", tmp_path, params) == ["p/a: train.seed ran '(unset)', now 7"]
 
 
 def test_a_renamed_page_names_its_experiments_as_they_were_made() -> None:
