@@ -111,10 +111,12 @@ def test_early_stopping_on_a_scripted_curve() -> None:
 
 def test_early_stopping_run_outputs_the_best_checkpoint(tiny_run, tmp_path: Path) -> None:
     # min_delta so large that no evaluation after the first counts as better: stop at the second, keep step 10.
-    params, paths = tiny_run({"train": {"early_stopping": {"patience": 1, "min_delta": 100.0}}}, tmp_path / "es")
+    # No cooldown: the rate does not depend on max_steps, so the 10-step run is the longer run's first 10 steps.
+    stopping = {"train": {"early_stopping": {"patience": 1, "min_delta": 100.0}}, "lr": {"cooldown": 0.0}}
+    params, paths = tiny_run(stopping, tmp_path / "es")
     metrics = train(params, paths)
     assert (metrics["steps"], metrics["best_step"], metrics["stopped_early"]) == (20, 10, True)
-    short, short_paths = tiny_run({"train": {"max_steps": 10}}, tmp_path / "short")
+    short, short_paths = tiny_run({"train": {"max_steps": 10}, "lr": {"cooldown": 0.0}}, tmp_path / "short")
     train(short, short_paths)
     model = (paths.model_dir / "model.safetensors").read_bytes()
     assert model == (short_paths.model_dir / "model.safetensors").read_bytes()
@@ -195,14 +197,15 @@ def test_each_precision_trains_and_is_deterministic(tiny_run, tmp_path: Path, pr
 
 
 def test_finished_runs_resume_without_training_more(tiny_run, tmp_path: Path) -> None:
-    params, paths = tiny_run({"train": {"early_stopping": {"patience": 1, "min_delta": 100.0}}}, tmp_path)
+    stopping = {"early_stopping": {"patience": 1, "min_delta": 100.0}}
+    params, paths = tiny_run({"train": stopping, "lr": {"cooldown": 0.0}}, tmp_path)  # max_steps may change
     first = train(params, paths)
     model = (paths.model_dir / "model.safetensors").read_bytes()
     again = train(params, paths)  # early-stopped: stays stopped, same model, same log
     assert (again["steps"], again["resumed_from_step"]) == (first["steps"], 20)
     assert (paths.model_dir / "model.safetensors").read_bytes() == model
     assert len(paths.steps_log.read_text().splitlines()) == 21
-    shorter, _ = tiny_run({"train": {"max_steps": 15, "early_stopping": {"patience": 1, "min_delta": 100.0}}}, tmp_path)
+    shorter, _ = tiny_run({"train": {"max_steps": 15, **stopping}, "lr": {"cooldown": 0.0}}, tmp_path)
     with pytest.raises(SolomonError, match=r"at step 20, past train\.max_steps 15"):
         train(shorter, paths)
 
@@ -278,11 +281,12 @@ class RestartingShuffle(DataOrder):
 def test_resume_is_exact_with_the_real_data_order_and_the_check_catches_a_restarting_shuffle(
     tiny_run, tmp_path: Path, monkeypatch, order: type, exact: bool
 ) -> None:
-    """30 steps in one go against 20 steps, a new process's worth of state, and 10 more from the checkpoint."""
+    """30 steps in one go against 20 steps, a new process's worth of state, and 10 more from the checkpoint (no
+    cooldown, so that a run may be extended)."""
     monkeypatch.setattr(loop, "DataOrder", order)
-    params, whole = tiny_run({}, tmp_path / "whole")
+    params, whole = tiny_run({"lr": {"cooldown": 0.0}}, tmp_path / "whole")
     train(params, whole)
-    short, resumed = tiny_run({"train": {"max_steps": 20}}, tmp_path / "resumed")
+    short, resumed = tiny_run({"train": {"max_steps": 20}, "lr": {"cooldown": 0.0}}, tmp_path / "resumed")
     train(short, resumed)
     assert train(params, resumed)["resumed_from_step"] == 20
     model = (whole.model_dir / "model.safetensors").read_bytes()
@@ -404,9 +408,9 @@ def test_a_resume_on_another_machine_kind_is_warned_and_recorded(tiny_run, capsy
 
     here = describe()
     other = {**here, "torch_capability": "DEFAULT", "kind": "x86_64 no AVX2 (no AMX), torch DEFAULT"}
-    params, paths = tiny_run({"train": {"max_steps": 20}})
+    params, paths = tiny_run({"train": {"max_steps": 20}, "lr": {"cooldown": 0.0}})  # no cooldown: extendable
     assert train(params, paths, machine=here)["machine_kinds"] == [{"kind": here["kind"], "steps": [1, 20]}]
-    params, paths = tiny_run({"train": {"max_steps": 30}})
+    params, paths = tiny_run({"train": {"max_steps": 30}, "lr": {"cooldown": 0.0}})
     metrics = train(params, paths, machine=other)
     warning = (
         f"resuming on another machine kind ({other['kind']}): steps ≥ 21 will not be bit-identical to an "
