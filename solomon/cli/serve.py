@@ -19,6 +19,7 @@ from solomon.cli.arguments import (
 from solomon.errors import SolomonError
 from solomon.records import PARAMS_FILE
 from solomon.serving.limits import (
+    DEFAULT_PRECISION,
     EXPECT_DIGEST_ENV,
     HOLD_ENV,
     IMAGE_DIGEST_ENV,
@@ -88,9 +89,9 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision",
         choices=PRECISIONS,
-        default=PRECISIONS[0],
+        default=DEFAULT_PRECISION,
         help="what the model computes in: fp32, as the evaluate stage scored it, or bf16 weights in every linear "
-        "layer (faster; other text for the same seed: docs/serving.md) (default: fp32)",
+        f"layer (faster; other text for the same seed: docs/serving.md) (default: {DEFAULT_PRECISION})",
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from solomon.errors import SolomonError
 from solomon.serving.engine import Engine, Sequence
-from solomon.serving.limits import MAX_SEED, Limits
+from solomon.serving.limits import DEFAULT_PRECISION, MAX_SEED, Limits
 from solomon.serving.loader import Served, load_verified
 
 
@@ -36,7 +36,7 @@ def generate_text(
     seed: int = 0,
     threads: int = 1,
     slots: int = Limits.slots,
-    precision: str = "fp32",
+    precision: str = DEFAULT_PRECISION,
 ) -> str:
     served = load_verified(run_dir, root, threads=threads, precision=precision)
     if not served.tokenizer.encode(prompt).ids:

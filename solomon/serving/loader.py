@@ -26,6 +26,7 @@ from solomon.model.gpt import GPT
 from solomon.params import read_yaml
 from solomon.records import RunFiles
 from solomon.runtime import configure_torch
+from solomon.serving.limits import DEFAULT_PRECISION
 from solomon.serving.precision import in_precision
 
 # What generation reads: the serving files and the run's hyperparameters (sampling defaults, end-of-document token).
@@ -80,7 +81,7 @@ def load_verified(
     threads: int = 1,
     registry: dict | None = None,
     dvc_lock: bool = True,
-    precision: str = "fp32",
+    precision: str = DEFAULT_PRECISION,
 ) -> Served:
     """Verify the files serving reads of ``run_dir`` (against ``expect_digest`` when given; ``dvc_lock=False``:
     ``root`` holds only the run's files, as in the serving image), then load them from the paths verify hashed.

@@ -20,7 +20,7 @@ import uvicorn
 from solomon.audit.workspace import IN_CACHE, IN_WORKSPACE
 from solomon.errors import SolomonError
 from solomon.serving.app import create_app
-from solomon.serving.limits import Limits
+from solomon.serving.limits import DEFAULT_PRECISION, Limits
 from solomon.serving.loader import Served, load_verified
 
 
@@ -34,7 +34,7 @@ class Source:
     model: str | None = None
     expect_digest: str | None = None
     threads: int = 1
-    precision: str = "fp32"  # what the model computes in: fp32 or bf16 (solomon.serving.precision)
+    precision: str = DEFAULT_PRECISION  # what the model computes in: fp32 or bf16 (solomon.serving.precision)
     dvc_lock: bool = True  # False: the root holds only the run's files (the serving image), no dvc.lock to compare
     hold_until: Path | None = None  # a test hook (limits.HOLD_ENV): wait for this file before verifying
 

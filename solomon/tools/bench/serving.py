@@ -21,7 +21,7 @@ from solomon.errors import SolomonError, last_line
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch
-from solomon.serving.limits import Limits
+from solomon.serving.limits import DEFAULT_PRECISION, Limits
 from solomon.tools.scratch import pipeline_env
 
 PROMPT = "In the beginning"
@@ -51,7 +51,7 @@ def serve_random_model(
     threads: int,
     model: dict | None = None,
     slots: int = Limits.slots,
-    precision: str = "fp32",
+    precision: str = DEFAULT_PRECISION,
 ) -> None:
     """The serving stack (FastAPI app, queue, worker, uvicorn) around ``random_model`` (the default size unless
     ``model`` says otherwise) computing in ``precision``: a load figure needs the default model's speed, not a
@@ -115,7 +115,11 @@ def ask(port: int, path: str, body: dict | None = None, timeout: float = 600) ->
 
 @contextlib.contextmanager
 def random_model_server(
-    tokenizer: Path, threads: int, model: dict | None = None, slots: int = Limits.slots, precision: str = "fp32"
+    tokenizer: Path,
+    threads: int,
+    model: dict | None = None,
+    slots: int = Limits.slots,
+    precision: str = DEFAULT_PRECISION,
 ) -> Iterator[subprocess.Popen]:
     """A ``serve_random_model`` process on a free loopback port (``process.port``), ready (/readyz 200) within
     ``READY_S``; stopped (SIGTERM, drained) on the way out."""
