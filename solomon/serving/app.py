@@ -11,6 +11,7 @@ with this server's bounds; ``/metrics`` is Prometheus's text format (``solomon.s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -29,7 +30,7 @@ from solomon.serving.engine import Engine
 from solomon.serving.limits import Limits
 from solomon.serving.loader import Served
 from solomon.serving.metrics import CONTENT_TYPE, CountRequests, Metrics
-from solomon.serving.running import Running
+from solomon.serving.running import Handoff, Running
 
 
 @dataclass
@@ -38,6 +39,7 @@ class State:
 
     served: Served | None = None
     engine: Engine | None = None
+    handoff: Handoff | None = None  # the engine's thread onto the event loop (made once the loop runs)
     error: str | None = None
     image_digest: str | None = None
     pending: int = 0  # sequences waiting or in a slot (touched on the event loop only)
@@ -87,6 +89,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        state.handoff = Handoff(asyncio.get_running_loop())
         threading.Thread(target=load_in_background, name="solomon-verify", daemon=True).start()
         yield
         if state.engine is not None:  # every request has been answered: the engine finishes what is left
@@ -166,7 +169,9 @@ def create_app(
             state.pending -= 1
             state.mean_s = 0.8 * state.mean_s + 0.2 * (time.monotonic() - arrived)
 
-        running = Running(state.engine, served, job, arrived, limits.timeout_s, finished, metrics.generated)
+        running = Running(
+            state.engine, state.handoff, served, job, arrived, limits.timeout_s, finished, metrics.generated
+        )
         if job.stream:
             failure = lambda reason: json.loads(error(*refusal(reason, limits)).body)  # noqa: E731
             return StreamingResponse(running.stream(failure), media_type="text/event-stream")

@@ -66,11 +66,11 @@ class Engine:
         self.model = model.eval()
         self.cache = KVCache(model, slots)
         # The decode batch sizes a step may run (ascending, ``slots`` last); None: the active rows, whatever they are.
-        self.batch_sizes: tuple[int, ...] | None = {
-            "checked": lambda: invariant_batch_sizes(self.model, self.cache),
-            "fixed": lambda: (slots,),
-            "load": lambda: None,
-        }[shapes]()
+        self.batch_sizes: tuple[int, ...] | None = None
+        if shapes == "checked":
+            self.batch_sizes = invariant_batch_sizes(self.model, self.cache)
+        elif shapes == "fixed":
+            self.batch_sizes = (slots,)
         self.active: list[Sequence | None] = [None] * slots
         self.waiting: deque[Sequence] = deque()
         self.changed = threading.Condition()
@@ -138,8 +138,7 @@ class Engine:
                 self._take(slot, sequence, prefill(self.model, self.cache, slot, sequence.ids[-block:])[0])
 
     def decode_batch(self, active: int) -> int:
-        """The rows a decode step runs when ``active`` slots decode."""
-        return active if self.batch_sizes is None else next(size for size in self.batch_sizes if size >= active)
+        return decode_batch(self.batch_sizes, active)
 
     def _still_wanted(self, slot: int, sequence: Sequence) -> bool:
         if sequence.cancelled:
@@ -163,6 +162,12 @@ class Engine:
     def _end(self, slot: int, reason: str) -> None:
         sequence, self.active[slot] = self.active[slot], None
         sequence.on_finish(reason)
+
+
+def decode_batch(batch_sizes: tuple[int, ...] | None, active: int) -> int:
+    """The rows a decode step runs when ``active`` slots decode: the smallest of ``batch_sizes`` that holds them
+    (None: exactly ``active``)."""
+    return active if batch_sizes is None else next(size for size in batch_sizes if size >= active)
 
 
 @torch.no_grad()

@@ -1,12 +1,19 @@
 """A completion in the engine, heard on the event loop: its choices submitted as sequences (choice i seeded with
 seed + i), each token's text handed over from the engine's thread, and the answer as one JSON body or as
-server-sent events in OpenAI's streamed completions format, ending with ``data: [DONE]``."""
+server-sent events in OpenAI's streamed completions format, ending with ``data: [DONE]``.
+
+Hand-overs are coalesced twice, since at 16 streams each decode step draws 16 tokens: one wake-up of the event
+loop carries every event the engine posted since the last (``Handoff``), and a stream sends the pieces of one
+choice that queued up meanwhile as one chunk (their texts and log-probability entries joined). Neither changes
+a stream's text: only how it is cut into chunks.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -16,11 +23,37 @@ from solomon.serving.completions import Job
 from solomon.serving.engine import Engine, Sequence
 from solomon.serving.loader import Served
 
+ENDED = ("stop", "length")  # a choice's finish reasons that are not failures
+
+
+class Handoff:
+    """Calls from the engine's thread run on the event loop, many to a wake-up: the first call posted since the
+    loop last ran them schedules the run; the others join it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop, self.lock, self.calls = loop, threading.Lock(), []
+
+    def post(self, call: Callable[[], None]) -> None:
+        """From any thread: ``call`` runs on the loop soon, in posting order."""
+        with self.lock:
+            self.calls.append(call)
+            if len(self.calls) > 1:
+                return
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
+            self.loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        with self.lock:
+            calls, self.calls = self.calls, []
+        for call in calls:
+            call()
+
 
 class Running:
     def __init__(
         self,
         engine: Engine,
+        handoff: Handoff,
         served: Served,
         job: Job,
         arrived: float,
@@ -29,17 +62,16 @@ class Running:
         on_token: Callable[[float, bool], None],
     ):
         """Submit ``job``'s choices to ``engine`` (each due ``timeout_s`` after ``arrived``, time.monotonic());
-        ``on_finish`` runs on the event loop as each one finishes, ``on_token`` on the engine's thread as each
-        token is drawn, with the seconds since the choice's previous token (since ``arrived``: the first)."""
+        ``on_finish`` runs on the event loop (through ``handoff``) as each one finishes, ``on_token`` on the
+        engine's thread as each token is drawn, with the seconds since the choice's previous token (since
+        ``arrived``: the first)."""
         self.served, self.job = served, job
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         self.choices = [Choice(served, job, index) for index in range(job.n)]
         self.events: asyncio.Queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
 
         def send(event: tuple, finished: bool = False) -> None:  # on the engine's thread
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
-                loop.call_soon_threadsafe(self._hear, event, finished, on_finish)
+            handoff.post(lambda: self._hear(event, finished, on_finish))
 
         due = arrived + timeout_s
         self.sequences = [self._sequence(choice, arrived, due, send, on_token) for choice in self.choices]
@@ -60,7 +92,7 @@ class Running:
             return going
 
         def finish(reason: str) -> None:
-            choice.finish = reason if reason in ("stop", "length") else None
+            choice.finish = reason if reason in ENDED else None
             send((choice.index, *choice.take(final=True), reason), finished=True)
 
         return Sequence(
@@ -86,25 +118,45 @@ class Running:
             *_, reason = await self.events.get()
             if reason is not None:
                 reasons.append(reason)
-        return next((reason for reason in reasons if reason not in ("stop", "length")), "ok")
+        return next((reason for reason in reasons if reason not in ENDED), "ok")
 
     def body(self) -> dict:
         return body(self.served, self.job, self.choices, self.id, self.created)
 
     async def stream(self, failure: Callable[[str], dict]) -> AsyncIterator[str]:
         """Server-sent events: a chunk per piece of text (and its log-probabilities), a last one per choice with
-        its finish_reason; a choice that times out or fails sends ``failure(reason)``'s error body instead."""
+        its finish_reason; a choice that times out or fails sends ``failure(reason)``'s error body instead. The
+        pieces that queued up while the last chunk was sent go out joined (``joined``)."""
         try:
             finished = 0
             while finished < len(self.choices):
-                index, text, logprobs, reason = await self.events.get()
-                finished += reason is not None
-                if reason is None or reason in ("stop", "length"):
-                    if text or (logprobs and logprobs["tokens"]) or reason:
-                        data = chunk(self.served, self.id, self.created, index, text, logprobs, reason)
-                        yield f"data: {json.dumps(data)}\n\n"
-                else:
-                    yield f"data: {json.dumps(failure(reason))}\n\n"
+                ready = [await self.events.get()]
+                while not self.events.empty():
+                    ready.append(self.events.get_nowait())
+                for index, text, logprobs, reason in joined(ready):
+                    finished += reason is not None
+                    if reason is None or reason in ENDED:
+                        if text or (logprobs and logprobs["tokens"]) or reason:
+                            data = chunk(self.served, self.id, self.created, index, text, logprobs, reason)
+                            yield f"data: {json.dumps(data)}\n\n"
+                    else:
+                        yield f"data: {json.dumps(failure(reason))}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             self.cancel()  # a client gone mid-stream: its slots go back at the next step
+
+
+def joined(events: list[tuple]) -> list[tuple]:
+    """``events`` (choice index, text, log-probability entries or None, finish reason or None) with each run of
+    one choice's consecutive pieces joined into one, up to the piece that ends the choice; a failure stays a
+    piece of its own (its error body replaces no text)."""
+    pieces: list[tuple] = []
+    for index, text, logprobs, reason in events:
+        if pieces and pieces[-1][0] == index and pieces[-1][3] is None and reason in (None, *ENDED):
+            _, before, before_logprobs, _ = pieces[-1]
+            if before_logprobs is not None:
+                logprobs = {key: before_logprobs[key] + logprobs[key] for key in before_logprobs}
+            pieces[-1] = (index, before + text, logprobs, reason)
+        else:
+            pieces.append((index, text, logprobs, reason))
+    return pieces

@@ -161,33 +161,31 @@ def decode_batch_sizes(port: int) -> list[int]:
     return ask(port, "/v1/provenance")[1]["decode_batch_sizes"]
 
 
-def stream_completion(port: int, max_tokens: int, seed: int) -> tuple[float, float, int]:
-    """One streamed completion: (seconds to the first chunk carrying text, seconds to ``data: [DONE]``, new
-    tokens); SolomonError when it fails. A choice that ends by ``length`` generated ``max_tokens`` (the bench
-    model has no stop token)."""
+def stream_completion(connection: http.client.HTTPConnection, max_tokens: int, seed: int) -> tuple[float, float, int]:
+    """One streamed completion over ``connection`` (kept open for the next one, as OpenAI's client keeps its
+    connections): (seconds to the first chunk carrying text, seconds to ``data: [DONE]``, new tokens);
+    SolomonError when it fails. A choice that ends by ``length`` generated ``max_tokens`` (the bench model has no
+    stop token)."""
     body = {"prompt": PROMPT, "max_tokens": max_tokens, "seed": seed, "stream": True, **SAMPLES}
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    try:
-        started = time.perf_counter()
-        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-        answer = connection.getresponse()
-        if answer.status != 200:
-            raise SolomonError(f"HTTP {answer.status}: {answer.read()[:200]!r}")
-        first, finish = None, None
-        while line := answer.readline():
-            if not line.startswith(b"data: "):
-                continue
-            if line.strip() == b"data: [DONE]":
-                done = time.perf_counter() - started
-                break
-            choice = json.loads(line[6:]).get("choices", [{}])[0]
-            if choice.get("text") and first is None:
-                first = time.perf_counter() - started
-            finish = choice.get("finish_reason") or finish
-        else:
-            raise SolomonError("the stream ended before data: [DONE]")
-    finally:
-        connection.close()
+    started = time.perf_counter()
+    connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    answer = connection.getresponse()
+    if answer.status != 200:
+        raise SolomonError(f"HTTP {answer.status}: {answer.read()[:200]!r}")
+    first, finish = None, None
+    while line := answer.readline():
+        if not line.startswith(b"data: "):
+            continue
+        if line.strip() == b"data: [DONE]":
+            done = time.perf_counter() - started
+            answer.read()  # the body's end, so that the connection can carry the next request
+            break
+        choice = json.loads(line[6:]).get("choices", [{}])[0]
+        if choice.get("text") and first is None:
+            first = time.perf_counter() - started
+        finish = choice.get("finish_reason") or finish
+    else:
+        raise SolomonError("the stream ended before data: [DONE]")
     if finish != "length" or first is None:
         raise SolomonError(f"the completion ended by {finish!r}, not by length, or carried no text")
     return first, done, max_tokens
@@ -199,19 +197,25 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def engine_load(port: int, clients: int, requests_per_client: int, max_tokens: int) -> dict:
-    """``clients`` closed-loop clients, each streaming ``requests_per_client`` completions one after another."""
+    """``clients`` closed-loop clients, each streaming ``requests_per_client`` completions one after another over
+    one kept-open connection."""
     first_chunks, latencies, tokens, errors = [], [], [], []
 
     def client(index: int) -> None:
-        for n in range(requests_per_client):
-            try:
-                first, latency, new = stream_completion(port, max_tokens, seed=index * 1000 + n)
-            except (OSError, ValueError, SolomonError) as exc:
-                errors.append(str(exc))
-                continue
-            first_chunks.append(first)
-            latencies.append(latency)
-            tokens.append(new)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        try:
+            for n in range(requests_per_client):
+                try:
+                    first, latency, new = stream_completion(connection, max_tokens, seed=index * 1000 + n)
+                except (OSError, http.client.HTTPException, ValueError, SolomonError) as exc:
+                    errors.append(str(exc))
+                    connection.close()  # a fresh connection for the next request
+                    continue
+                first_chunks.append(first)
+                latencies.append(latency)
+                tokens.append(new)
+        finally:
+            connection.close()
 
     workers = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     started = time.perf_counter()

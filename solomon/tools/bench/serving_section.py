@@ -5,7 +5,8 @@ top-k 40, no stop token):
 1. the old serial path in process (``solomon.model.sampling.generate``: the whole window per token), batch 1;
 2. the engine through the real server (a ``serve_random_model`` process on loopback), in each precision (fp32,
    bf16), at 1, 4 and 16 closed-loop clients streaming their completions: requests/s, new tokens/s, p50/p95
-   latency to ``data: [DONE]``, time to the first chunk carrying text, errors; the decode batch each load runs
+   latency to ``data: [DONE]``, time to the first chunk carrying text, errors (each client keeps its connection
+   open from one request to the next, as OpenAI's client does); the decode batch each load runs
    (the smallest of the sizes the engine's start-up check kept that holds the clients);
 3. the hardware's limits for the model's size (``solomon.tools.bench.roofline``) at batch 1 and 16;
 4. peers on the same weights through Solomon's exporters (``solomon.tools.bench.peers``): transformers at batch
@@ -15,6 +16,7 @@ top-k 40, no stop token):
 each row's tokens/s also as a ratio to the fp32 engine's at the same batch (the peers compute in fp32).
 """
 
+import http.client
 import tempfile
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from solomon.data.tokenizer import load_tokenizer
 from solomon.errors import SolomonError
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch
+from solomon.serving.engine import decode_batch
 from solomon.serving.limits import PRECISIONS, Limits
 from solomon.tools.bench import SERVING_CLIENTS, SERVING_REQUESTS, peers, roofline
 from solomon.tools.bench.serving import (
@@ -76,10 +79,12 @@ def serving_section(
                 if served_weights(port) != digest:
                     raise SolomonError("the bench server's random weights are not the in-process model's")
                 kept[precision] = decode_batch_sizes(port)
-                stream_completion(port, max_tokens, seed=0)  # warm-up
+                warm_up = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+                stream_completion(warm_up, max_tokens, seed=0)
+                warm_up.close()
                 for count in clients:
                     load = engine_load(port, count, requests_per_client, max_tokens)
-                    decoded = next(size for size in kept[precision] if size >= min(count, slots))
+                    decoded = decode_batch(tuple(kept[precision]), min(count, slots))
                     plural = "s" if count > 1 else ""
                     name = f"{ENGINE}, {precision}, {count} client{plural} (decode batch {decoded})"
                     rows.append({"row": name, "precision": precision} | load)
@@ -137,7 +142,7 @@ def format_serving(section: dict) -> str:
         f"prompt tokens",
         f"host: {host['cpu']} (cpu family {host['family']}, model {host['model']}); GEMM peak fp32 {peaks['fp32']}, "
         f"bf16 {peaks['bf16']} GFLOP/s; copy bandwidth {hardware['copy_bandwidth_gbs']} GB/s; weights "
-        f"{hardware['weight_bytes'] / 2**20:.1f} MiB",
+        f"{hardware['weight_bytes'] / 2**20:.1f} MiB in fp32, half that in bf16",
     ]
     keys = ("batch", "requests", "tokens_per_s", "ratio_to_engine", "requests_per_s", "p50_latency_s",
             "p95_latency_s", "ttft_p50_s", "errors")  # fmt: skip
