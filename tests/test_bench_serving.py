@@ -43,6 +43,7 @@ def test_the_serving_section_runs_every_row_side_by_side(tmp_path: Path, monkeyp
     for row in rows:
         by_name.setdefault(row["row"].split(" (")[0], []).append(row["batch"])
     assert by_name["old serial path"] == [1]
+    assert all(by_name[f"engine in process, {precision}"] == [1, 16] for precision in PRECISIONS)
     assert by_name["transformers GPT2LMHeadModel.generate, fp32"] == [1, 16]
     assert by_name["transformers GPT2LMHeadModel.generate, bf16"] == [1, 16]
     assert all(by_name[f"{limit} limit"] == [1, 1, 16, 16] for limit in ("bandwidth", "compute"))  # fp32, bf16

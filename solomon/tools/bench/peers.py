@@ -1,4 +1,5 @@
-"""The serving section's in-process rows on the bench's random weights: Solomon's old serial path, and two peers
+"""The serving section's in-process rows on the bench's random weights: Solomon's old serial path, its engine
+without the HTTP stack (the like-for-like row beside transformers' ``generate``), and two peers
 loading the same weights through Solomon's own exporters — Hugging Face ``transformers`` (GPT2LMHeadModel,
 ``generate`` with its KV cache) and llama.cpp (``llama_cpp`` on the GGUF file), where it can be imported.
 
@@ -7,6 +8,7 @@ from the random model, **unverified** (no manifest, no audit chain: its run id, 
 tensors and metadata are what ``solomon export`` would write for a run with these weights.
 """
 
+import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,8 @@ from solomon.model.gpt import GPT
 from solomon.model.sampling import generate
 from solomon.params import Params
 from solomon.records import RunFiles
+from solomon.serving.engine import Engine, Sequence
+from solomon.serving.precision import in_precision
 from solomon.tools.bench.serving import SAMPLES, percentile
 
 UNVERIFIED = "unverified: random weights of the bench"
@@ -81,6 +85,35 @@ def reference_row(model: GPT, prompt_ids: list[int], max_tokens: int, requests: 
         return len(generate(model, prompt_ids, max_tokens, SAMPLES["temperature"], SAMPLES["top_k"], generator))
 
     return timed(run, requests, batch=1)
+
+
+def engine_rows(
+    model: GPT,
+    precision: str,
+    prompt_ids: list[int],
+    max_tokens: int,
+    requests: int,
+    batches: tuple[int, ...],
+    slots: int,
+) -> list[dict]:
+    """The engine the server runs (``slots`` slots, its start-up check, ``precision``), called in this process:
+    ``batch`` sequences submitted at once and stepped until done, no HTTP, no event loop, no client."""
+    engine = Engine(in_precision(copy.deepcopy(model), precision), slots)
+    rows = []
+    for batch in batches:
+
+        def run(batch=batch) -> int:
+            for seed in range(batch):
+                engine.submit(
+                    Sequence(list(prompt_ids), max_tokens, SAMPLES["temperature"], SAMPLES["top_k"], seed,
+                             on_token=lambda token, logits: True, on_finish=lambda reason: None)
+                )  # fmt: skip
+            while engine.busy():
+                engine.step()
+            return batch * max_tokens  # no stop token: every sequence makes max_tokens
+
+        rows.append(timed(run, requests, batch))
+    return rows
 
 
 def hf_model(source: Source):

@@ -8,8 +8,10 @@ top-k 40, no stop token):
    latency to ``data: [DONE]``, time to the first chunk carrying text, errors (each client keeps its connection
    open from one request to the next, as OpenAI's client does); the decode batch each load runs
    (the smallest of the sizes the engine's start-up check kept that holds the clients);
-3. the hardware's limits for the model's size (``solomon.tools.bench.roofline``) at batch 1 and 16;
-4. peers on the same weights through Solomon's exporters (``solomon.tools.bench.peers``): transformers at batch
+3. the same engine in process (``solomon.tools.bench.peers.engine_rows``: no HTTP, no event loop, no client on
+   the same cores), in each precision at batch 1 and 16: the like-for-like row beside transformers' ``generate``;
+4. the hardware's limits for the model's size (``solomon.tools.bench.roofline``) at batch 1 and 16;
+5. peers on the same weights through Solomon's exporters (``solomon.tools.bench.peers``): transformers at batch
    1 and 16 in fp32 and in bf16 (``torch_dtype``'s cast: every weight and activation), llama.cpp at batch 1 where
    ``llama_cpp`` imports;
 
@@ -88,6 +90,10 @@ def serving_section(
                     plural = "s" if count > 1 else ""
                     name = f"{ENGINE}, {precision}, {count} client{plural} (decode batch {decoded})"
                     rows.append({"row": name, "precision": precision} | load)
+        for precision in precisions:
+            in_process = {"row": f"engine in process, {precision} (no HTTP)", "precision": precision}
+            engine = peers.engine_rows(reference, precision, prompt_ids, max_tokens, peer_requests, batches, slots)
+            rows += [in_process | row for row in engine]
         rows.append(
             {"row": "old serial path (sampling.generate, whole window per token)"}
             | peers.reference_row(reference, prompt_ids, max_tokens, peer_requests)
