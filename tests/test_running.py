@@ -46,6 +46,28 @@ def test_calls_posted_while_the_loop_is_busy_run_in_order_on_one_wake_up() -> No
     assert runs == 2
 
 
+def test_a_call_that_raises_goes_to_the_loops_handler_and_loses_no_other_call() -> None:
+    async def main() -> tuple[list[str], list[BaseException]]:
+        loop = asyncio.get_running_loop()
+        failures: list[BaseException] = []
+        loop.set_exception_handler(lambda loop, context: failures.append(context["exception"]))
+        handoff, heard = Handoff(loop), []
+
+        def broken() -> None:
+            raise RuntimeError("a listener failed")
+
+        poster = threading.Thread(target=lambda: [handoff.post(c) for c in (broken, lambda: heard.append("after"))])
+        poster.start()
+        poster.join()  # both posted before the loop runs either: one wake-up carries them
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return heard, failures
+
+    heard, failures = asyncio.run(main())
+    assert heard == ["after"]
+    assert [str(failure) for failure in failures] == ["a listener failed"]
+
+
 def test_a_closed_loop_drops_the_calls_without_raising() -> None:
     loop = asyncio.new_event_loop()
     handoff = Handoff(loop)

@@ -31,18 +31,18 @@ class KVCache:
         self.slots, self.block_size = slots, config.block_size
 
 
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+FLASH_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """One row's attention (no mask: every cached position is the row's own past): the CPU flash kernel that
     ``F.scaled_dot_product_attention`` picks for these inputs, called directly. Same kernel, same bits; without the
-    public function's argument checks and kernel choice, which cost a third of a decode step's per-row attention
+    public function's argument checks and kernel choice, about a quarter of the per-row attention's time
     (measured: 46 against 34 µs a row, 2 threads)."""
     if q.device.type == "cpu" and q.dtype in FLASH_DTYPES:
         return FLASH(q, k, v)[0]
     return F.scaled_dot_product_attention(q, k, v)
-
-
-FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-FLASH_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _heads(block: Block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

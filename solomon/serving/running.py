@@ -45,8 +45,13 @@ class Handoff:
     def _run(self) -> None:
         with self.lock:
             calls, self.calls = self.calls, []
-        for call in calls:
-            call()
+        for call in calls:  # each on its own, as the loop runs its callbacks: one that raises loses no other's
+            try:
+                call()
+            except Exception as exc:
+                self.loop.call_exception_handler(
+                    {"message": "a call handed over by the engine failed", "exception": exc}
+                )
 
 
 class Running:

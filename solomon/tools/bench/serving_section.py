@@ -18,6 +18,7 @@ top-k 40, no stop token):
 each row's tokens/s also as a ratio to the fp32 engine's at the same batch (the peers compute in fp32).
 """
 
+import contextlib
 import http.client
 import tempfile
 from pathlib import Path
@@ -81,9 +82,8 @@ def serving_section(
                 if served_weights(port) != digest:
                     raise SolomonError("the bench server's random weights are not the in-process model's")
                 kept[precision] = decode_batch_sizes(port)
-                warm_up = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-                stream_completion(warm_up, max_tokens, seed=0)
-                warm_up.close()
+                with contextlib.closing(http.client.HTTPConnection("127.0.0.1", port, timeout=600)) as warm_up:
+                    stream_completion(warm_up, max_tokens, seed=0)
                 for count in clients:
                     load = engine_load(port, count, requests_per_client, max_tokens)
                     decoded = decode_batch(tuple(kept[precision]), min(count, slots))
