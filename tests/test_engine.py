@@ -55,7 +55,8 @@ def drive(engine: Engine, arrivals: dict[int, list[Seen]]) -> None:
         step += 1
 
 
-PROMPT = [5, 17, 42, 8, 99, 3]
+PROMPT = [5, 17, 42, 8, 99, 3]  # longer than the tests' 4 slots: prefilled alone
+SHORT = [5, 17, 42]  # no longer than 4 slots: prefilled as rows of decode steps, together with other short prompts
 SAMPLED = {"temperature": 0.8, "top_k": 20}
 GREEDY = {"temperature": 1.0, "top_k": 1}
 NUCLEUS = {"temperature": 1.0, "top_k": None, "top_p": 0.7}
@@ -72,20 +73,32 @@ def fp32_model(model: GPT) -> GPT:
     return in_precision(copy.deepcopy(model), "fp32")
 
 
+@pytest.mark.parametrize("prompt", [PROMPT, SHORT], ids=["alone", "together"])
 @pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed"])
 @pytest.mark.parametrize("settings", [SAMPLED, GREEDY, NUCLEUS], ids=["sampled", "greedy", "nucleus"])
 def test_the_engine_draws_the_reference_paths_tokens_from_its_logits_within_1e_5(
-    model: GPT, fp32_model: GPT, settings, packed: bool
+    model: GPT, fp32_model: GPT, settings, packed: bool, prompt: list[int]
 ) -> None:
-    # 6 prompt tokens + 24 new: past block_size 16, so the window slides for the last 14.
-    seen = Seen(PROMPT, 24, seed=3, **settings)
+    # 6 (or 3) prompt tokens + 24 new: past block_size 16, so the window slides for the last 14 (or 11).
+    seen = Seen(prompt, 24, seed=3, **settings)
     drive(Engine(fp32_model if packed else model, slots=4), {0: [seen]})
-    reference = generate(model, PROMPT, 24, generator=torch.Generator().manual_seed(3), **settings)
+    reference = generate(model, prompt, 24, generator=torch.Generator().manual_seed(3), **settings)
     assert seen.tokens == reference and seen.finish == "length"
-    ids = PROMPT + seen.tokens
+    ids = prompt + seen.tokens
     for i, logits in enumerate(seen.logits):
-        window = torch.tensor([ids[: len(PROMPT) + i]][-BLOCK:])[:, -BLOCK:]
+        window = torch.tensor([ids[: len(prompt) + i]][-BLOCK:])[:, -BLOCK:]
         assert torch.allclose(logits, model(window)[0, -1], atol=1e-5, rtol=0), i
+
+
+def test_prompts_prefilled_together_give_each_its_plain_forwards_logits_within_1e_5(model: GPT) -> None:
+    prompts = [SHORT, [9, 1], [4, 4, 4, 4], [60]]  # 10 rows: chunks of 4, a prompt across two of them
+    windows: list[torch.Tensor] = []
+    seen = [Seen(prompt, 2, seed=n) for n, prompt in enumerate(prompts)]
+    for each in seen:
+        each.sequence.on_prompt = windows.append
+    drive(Engine(model, slots=4), {0: seen})
+    for prompt, window in zip(prompts, windows, strict=True):
+        assert torch.allclose(window, model(torch.tensor([prompt]))[0], atol=1e-5, rtol=0)
 
 
 def test_bf16_runs_every_linear_layer_in_bf16_near_the_fp32_logits(model: GPT, bf16_model: GPT) -> None:
@@ -99,21 +112,26 @@ def test_bf16_runs_every_linear_layer_in_bf16_near_the_fp32_logits(model: GPT, b
         in_precision(model, "fp16")
 
 
+@pytest.mark.parametrize("prompt", [PROMPT, SHORT], ids=["alone", "together"])
 @pytest.mark.parametrize("precision", ["plain", "fp32", "bf16"])
 @pytest.mark.parametrize("shapes", ["checked", "fixed"])
 @pytest.mark.parametrize("settings", [SAMPLED, GREEDY], ids=["sampled", "greedy"])
 def test_a_sequence_is_the_same_bit_for_bit_alone_beside_one_or_beside_a_full_batch(
-    model: GPT, fp32_model: GPT, bf16_model: GPT, settings, shapes: str, precision: str
+    model: GPT, fp32_model: GPT, bf16_model: GPT, settings, shapes: str, precision: str, prompt: list[int]
 ) -> None:
     model = {"plain": model, "fp32": fp32_model, "bf16": bf16_model}[precision]
-    alone = Seen(PROMPT, 20, seed=11, **settings)
+    alone = Seen(prompt, 20, seed=11, **settings)
     drive(Engine(model, slots=4, shapes=shapes), {0: [alone]})
-    beside_one = Seen(PROMPT, 20, seed=11, **settings)
+    beside_one = Seen(prompt, 20, seed=11, **settings)
     drive(Engine(model, slots=4, shapes=shapes), {0: [Seen([1, 2, 3], 30, seed=1)], 2: [beside_one]})
-    full = Seen(PROMPT, 20, seed=11, **settings)
+    full = Seen(prompt, 20, seed=11, **settings)
     others = [Seen([7] * n, 40, seed=n) for n in range(1, 6)]  # five others for four slots: one waits
     drive(Engine(model, slots=4, shapes=shapes), {0: others[:2], 1: others[2:4], 3: [full], 5: others[4:]})
-    for under_load in (beside_one, full):
+    # Arriving with three other short prompts: 2 + 3 + 1 + len(prompt) rows, prefilled in chunks of 4 together.
+    crowd = Seen(prompt, 20, seed=11, **settings)
+    drive(Engine(model, slots=4, shapes=shapes), {0: [Seen([8, 8], 30, seed=2), Seen([1, 2, 3], 30, seed=1),
+                                                      Seen([6], 30, seed=3), crowd]})  # fmt: skip
+    for under_load in (beside_one, full, crowd):
         assert under_load.tokens == alone.tokens
         assert all(torch.equal(a, b) for a, b in zip(alone.logits, under_load.logits, strict=True))
     assert all(seen.finish == "length" for seen in others)

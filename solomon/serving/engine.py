@@ -2,9 +2,12 @@
 sequence; a new sequence is prefilled into a free slot between decode steps and joins the running batch; every
 step advances every active slot by one token.
 
-A sequence's tokens do not depend on what else is running: its prefill runs alone (batch of one, its own shape),
-attention runs per row over that row's own positions, and a decode step runs a batch of one of a few sizes, idle
-rows padded, each size kept only if it gives every row bit for bit what the full ``slots`` batch gives it.
+A sequence's tokens do not depend on what else is running: a decode step runs a batch of one of a few sizes, idle
+rows padded, each size kept only if it gives every row bit for bit what the full ``slots`` batch gives it, and
+attention runs per row over that row's own positions. A prompt of at most ``slots`` tokens (the window) is
+prefilled the same way, each position a row, beside the other prompts admitted in the same step (one pass over the
+weights for all of them, not one each); a longer one runs alone, on its own shapes. Which way a prompt goes
+depends on its length only.
 A matmul's rounding may change with its row count (fp32 GEMMs on the Intel host differ below 16 rows; the bf16 ones
 do not), so the engine checks, when it starts, on its own model, cache, precision and threads: every power of two
 below ``slots`` runs random decode steps beside the full batch and is kept only if each row, in any order, with
@@ -71,6 +74,7 @@ class Engine:
             self.batch_sizes = invariant_batch_sizes(self.model, self.cache)
         elif shapes == "fixed":
             self.batch_sizes = (slots,)
+        self.rows = slots  # the most rows a decode step runs: a step's largest batch size
         self.active: list[Sequence | None] = [None] * slots
         self.waiting: deque[Sequence] = deque()
         self.changed = threading.Condition()
@@ -108,8 +112,9 @@ class Engine:
             self.changed.notify()
 
     def step(self) -> None:
-        """Admit waiting sequences into free slots (prefilled one by one), then advance every active slot."""
+        """Admit waiting sequences into free slots and prefill them, then advance every active slot."""
         block = self.cache.block_size
+        admitted = []
         for slot in range(len(self.active)):
             while self.active[slot] is None and self.waiting:
                 with self.changed:
@@ -118,10 +123,16 @@ class Engine:
                 if self._still_wanted(slot, sequence):
                     sequence.generator = torch.Generator().manual_seed(sequence.seed)
                     sequence.ids = list(sequence.prompt_ids)
-                    logits, hidden = prefill(self.model, self.cache, slot, sequence.ids[-block:])
-                    if sequence.on_prompt is not None:
-                        sequence.on_prompt(self.model.lm_head(hidden))
-                    self._take(slot, sequence, logits)
+                    admitted.append((slot, sequence))
+        short = [(slot, sequence) for slot, sequence in admitted if len(sequence.ids[-block:]) <= self.rows]
+        for slot, sequence in admitted:
+            if (slot, sequence) not in short:  # a long prompt: prefilled alone, on its own shapes
+                logits, hidden = prefill(self.model, self.cache, slot, sequence.ids[-block:])
+                if sequence.on_prompt is not None:
+                    sequence.on_prompt(self.model.lm_head(hidden))
+                self._take(slot, sequence, logits)
+        if short:
+            self._prefill_together(short)
         running = [(s, q) for s, q in enumerate(self.active) if q is not None and self._still_wanted(s, q)]
         cached = [(slot, sequence) for slot, sequence in running if len(sequence.ids) <= block]
         if cached:
@@ -136,6 +147,29 @@ class Engine:
         for slot, sequence in running:
             if len(sequence.ids) > block and self.active[slot] is sequence:  # the window slides: recompute it
                 self._take(slot, sequence, prefill(self.model, self.cache, slot, sequence.ids[-block:])[0])
+
+    def _prefill_together(self, admitted: list[tuple[int, Sequence]]) -> None:
+        """Prefill short prompts together: each position of each window is a row (slot, position, token) of decode
+        steps of at most ``self.rows`` rows (a checked size, idle rows padded), so one pass over the weights serves
+        many prompts. A row's result is the same in any company, as a decode row's is: its matmul rows at a checked
+        size, its attention over its own slot's positions up to its own (written by its chunk or an earlier one)."""
+        block = self.cache.block_size
+        windows = [sequence.ids[-block:] for _, sequence in admitted]
+        rows = [(slot, position, token) for (slot, _), window in zip(admitted, windows, strict=True)
+                for position, token in enumerate(window)]  # fmt: skip
+        logits = []
+        for start in range(0, len(rows), self.rows):
+            slots, positions, tokens = (list(column) for column in zip(*rows[start : start + self.rows], strict=True))
+            padding = self.decode_batch(len(slots)) - len(slots)  # rows computed, never written (pos -1)
+            batch = (
+                torch.tensor(column + [fill] * padding) for column, fill in ((slots, 0), (tokens, 0), (positions, -1))
+            )
+            logits.append(decode(self.model, self.cache, *batch)[: len(slots)])
+        prompt_logits = torch.cat(logits).split([len(window) for window in windows])
+        for (slot, sequence), window_logits in zip(admitted, prompt_logits, strict=True):
+            if sequence.on_prompt is not None:
+                sequence.on_prompt(window_logits)
+            self._take(slot, sequence, window_logits[-1])
 
     def decode_batch(self, active: int) -> int:
         return decode_batch(self.batch_sizes, active)
