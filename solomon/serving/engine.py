@@ -74,7 +74,6 @@ class Engine:
             self.batch_sizes = invariant_batch_sizes(self.model, self.cache)
         elif shapes == "fixed":
             self.batch_sizes = (slots,)
-        self.rows = slots  # the most rows a decode step runs: a step's largest batch size
         self.active: list[Sequence | None] = [None] * slots
         self.waiting: deque[Sequence] = deque()
         self.changed = threading.Condition()
@@ -124,9 +123,9 @@ class Engine:
                     sequence.generator = torch.Generator().manual_seed(sequence.seed)
                     sequence.ids = list(sequence.prompt_ids)
                     admitted.append((slot, sequence))
-        short = [(slot, sequence) for slot, sequence in admitted if len(sequence.ids[-block:]) <= self.rows]
+        short = [(slot, sequence) for slot, sequence in admitted if len(sequence.ids[-block:]) <= self.cache.slots]
         for slot, sequence in admitted:
-            if (slot, sequence) not in short:  # a long prompt: prefilled alone, on its own shapes
+            if len(sequence.ids[-block:]) > self.cache.slots:  # a long prompt: prefilled alone, on its own shapes
                 logits, hidden = prefill(self.model, self.cache, slot, sequence.ids[-block:])
                 if sequence.on_prompt is not None:
                     sequence.on_prompt(self.model.lm_head(hidden))
@@ -136,40 +135,37 @@ class Engine:
         running = [(s, q) for s, q in enumerate(self.active) if q is not None and self._still_wanted(s, q)]
         cached = [(slot, sequence) for slot, sequence in running if len(sequence.ids) <= block]
         if cached:
-            live = [slot for slot, _ in cached]
-            idle = [slot for slot in range(len(self.active)) if slot not in live]
-            padding = idle[: self.decode_batch(len(live)) - len(live)]  # rows computed, never written (pos -1)
-            ids = [sequence.ids[-1] for _, sequence in cached] + [0] * len(padding)
-            pos = [len(sequence.ids) - 1 for _, sequence in cached] + [-1] * len(padding)
-            logits = decode(self.model, self.cache, torch.tensor(live + padding), torch.tensor(ids), torch.tensor(pos))
-            for row, (slot, sequence) in enumerate(cached):
-                self._take(slot, sequence, logits[row])
+            rows = [(slot, len(sequence.ids) - 1, sequence.ids[-1]) for slot, sequence in cached]
+            for (slot, sequence), logits in zip(cached, self._decode_rows(rows), strict=True):
+                self._take(slot, sequence, logits)
         for slot, sequence in running:
             if len(sequence.ids) > block and self.active[slot] is sequence:  # the window slides: recompute it
                 self._take(slot, sequence, prefill(self.model, self.cache, slot, sequence.ids[-block:])[0])
 
     def _prefill_together(self, admitted: list[tuple[int, Sequence]]) -> None:
         """Prefill short prompts together: each position of each window is a row (slot, position, token) of decode
-        steps of at most ``self.rows`` rows (a checked size, idle rows padded), so one pass over the weights serves
+        steps of at most ``slots`` rows (a checked size, idle rows padded), so one pass over the weights serves
         many prompts. A row's result is the same in any company, as a decode row's is: its matmul rows at a checked
         size, its attention over its own slot's positions up to its own (written by its chunk or an earlier one)."""
         block = self.cache.block_size
         windows = [sequence.ids[-block:] for _, sequence in admitted]
         rows = [(slot, position, token) for (slot, _), window in zip(admitted, windows, strict=True)
                 for position, token in enumerate(window)]  # fmt: skip
-        logits = []
-        for start in range(0, len(rows), self.rows):
-            slots, positions, tokens = (list(column) for column in zip(*rows[start : start + self.rows], strict=True))
-            padding = self.decode_batch(len(slots)) - len(slots)  # rows computed, never written (pos -1)
-            batch = (
-                torch.tensor(column + [fill] * padding) for column, fill in ((slots, 0), (tokens, 0), (positions, -1))
-            )
-            logits.append(decode(self.model, self.cache, *batch)[: len(slots)])
+        chunks = range(0, len(rows), self.cache.slots)
+        logits = [self._decode_rows(rows[start : start + self.cache.slots]) for start in chunks]
         prompt_logits = torch.cat(logits).split([len(window) for window in windows])
         for (slot, sequence), window_logits in zip(admitted, prompt_logits, strict=True):
             if sequence.on_prompt is not None:
                 sequence.on_prompt(window_logits)
             self._take(slot, sequence, window_logits[-1])
+
+    def _decode_rows(self, rows: list[tuple[int, int, int]]) -> torch.Tensor:
+        """The logits of ``rows`` (slot, position, token), at most ``slots`` of them, run as one decode step of the
+        smallest batch size that holds them; the padding rows are computed, never written (position -1)."""
+        slots, positions, tokens = (list(column) for column in zip(*rows, strict=True))
+        padding = self.decode_batch(len(rows)) - len(rows)
+        batch = (torch.tensor(column + [fill] * padding) for column, fill in ((slots, 0), (tokens, 0), (positions, -1)))
+        return decode(self.model, self.cache, *batch)[: len(rows)]
 
     def decode_batch(self, active: int) -> int:
         return decode_batch(self.batch_sizes, active)
