@@ -214,6 +214,11 @@ class TrainParams(_Section):
         "decoupled weight decay of weight matrices and embeddings (both optimisers), not biases or norm gains",
         ge=0.0,
     )
+    ema_decay: Fraction = Param(
+        0.0,
+        "decay of an exponential moving average of the weights, evaluated and saved in their place (0: none; "
+        "docs/averaging.md)",
+    )
     beta1: Fraction = Param(0.9, "AdamW β1")
     beta2: Fraction = Param(0.95, "AdamW β2")
     clip: float = Param(1.0, "maximum global gradient norm (0: no clipping); the pre-clip norm is logged", ge=0.0)

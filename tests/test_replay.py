@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import dvc
 
-from solomon.tools.scratch import pipeline_env
+from solomon.tools.scratch import pipeline_env, write_params
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 LOWER = {"AVX512": "avx2", "AVX2": "default"}  # ATEN_CPU_CAPABILITY one level below torch's capability here
@@ -39,6 +40,14 @@ def test_the_final_stretch_replays_bit_identical(built_repo: Path) -> None:
     assert "bit-identical: 10 steps' loss and grad_norm as logged, and the model+optimizer state at step 30" in (
         done.stdout
     )
+
+
+def test_a_run_with_a_weight_average_replays_it_bit_identical_too(repo_copy: Path) -> None:
+    write_params(repo_copy, {"train": {"ema_decay": 0.9}})
+    dvc(repo_copy, "repro")
+    done = replay(repo_copy)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "and the model+optimizer+average state at step 30" in done.stdout, done.stdout
 
 
 def test_another_machine_kind_diverges_within_the_tolerance_and_both_kinds_are_named(built_repo: Path) -> None:

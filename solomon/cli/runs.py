@@ -12,7 +12,8 @@ from solomon.errors import SolomonError
 REPLAY_DESCRIPTION = (
     "Verify the run, load its replay anchor (a kept checkpoint) at --from-step, re-execute --steps steps with the "
     "run's hyperparameters and tokens, and compare each step's loss and grad_norm with the run's step log and the "
-    "model+optimizer state at the end with the anchor there (docs/training.md)."
+    "model+optimizer state (and the weight average, where the run keeps one) at the end with the anchor there "
+    "(docs/training.md)."
 )
 REPLAY_EXIT = (
     "exit status: 0 bit-identical; 3 diverged within the tolerance (another machine kind or thread count); 1 "

@@ -62,6 +62,7 @@ class Replayed:
     first_difference: int | None = None  # the first step whose loss or gradient norm logs differently
     largest: tuple[float, str, int] = (0.0, "loss", 0)  # (relative difference, column, step)
     state: tuple[str, str] | None = None  # (recorded, replayed) SHA256 of the state at ``end``
+    digested: tuple[str, ...] = ("model", "optimizer")  # the components that state covers (``DIGESTED``'s present)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -77,7 +78,7 @@ class Replayed:
 
     def lines(self) -> list[str]:
         steps = self.end - self.anchor
-        state = f"the model+optimizer state at step {self.end}"
+        state = f"the {'+'.join(self.digested)} state at step {self.end}"
         out = [
             f"replay of {self.run_id}: steps {self.anchor + 1}-{self.end} from the anchor at step {self.anchor} "
             f"({steps} steps, {self.seconds:.1f} s)",
@@ -207,5 +208,6 @@ def replay(
     if end in anchors and anchors[end].get("state_sha256"):
         live = {name: component.state_dict() for name, component in parts.by_name().items() if name in DIGESTED}
         done.state = (anchors[end]["state_sha256"], state_digest(live))
+        done.digested = tuple(live)
     done.seconds = time.perf_counter() - started
     return done

@@ -1,18 +1,19 @@
 """Checkpoints: a mapping of stateful components saved and restored together, atomically, verified before use.
 
 The loop hands the ``Checkpointer`` its components — model, optimiser, schedule, data order, early stopping,
-random state, run log — each with its own ``state_dict``/``load_state_dict``; a checkpoint is their states under
-their names plus the step and the run's fingerprint. ``checkpoints/index.json`` names the training run they belong
-to (made when the run starts, so a resume, however often, is the same run) and lists the checkpoints that were
-completely written, oldest first. A file is written to a temporary name, fsynced and renamed before the index
-names it, so a kill at any moment leaves the newest listed checkpoint whole. Loading checks the SHA256 first and
-unpickles with ``weights_only=True`` (tensors and plain containers only), so a tampered file can never run code;
-a file that fails either check is reported and the previous one is used. Only this module reads or writes
-checkpoint files.
+random state, run log, the weight average where a run keeps one — each with its own ``state_dict`` and
+``load_state_dict``; a checkpoint is their states under their names plus the step and the run's fingerprint.
+``checkpoints/index.json`` names the training run they belong to (made when the run starts, so a resume, however
+often, is the same run) and lists the checkpoints that were completely written, oldest first. A file is written to
+a temporary name, fsynced and renamed before the index names it, so a kill at any moment leaves the newest listed
+checkpoint whole. Loading checks the SHA256 first and unpickles with ``weights_only=True`` (tensors and plain
+containers only), so a tampered file can never run code; a file that fails either check is reported and the
+previous one is used. Only this module reads or writes checkpoint files.
 
-Each index entry also holds the SHA256 of the checkpoint's model and optimiser state (``state_digest``: the tensors'
-bytes, not the file's, whose log rows carry wall-clock speeds), and ``write_anchors`` copies the last checkpoints
-out as the run's replay anchors (``solomon replay`` re-executes the stretch between them and compares).
+Each index entry also holds the SHA256 of the checkpoint's model, optimiser and weight-average state
+(``state_digest``: the tensors' bytes, not the file's, whose log rows carry wall-clock speeds), and
+``write_anchors`` copies the last checkpoints out as the run's replay anchors (``solomon replay`` re-executes the
+stretch between them and compares).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ MARKER_FILE = "rank0-marker.json"
 CHECKPOINT_GLOB = "step-*.pt"
 # The components a state digest covers: what the next steps compute from (the rest is bookkeeping: logs with
 # wall-clock speeds, early-stopping scores of evaluations a replay does not run, the random state reseeded per step).
-DIGESTED = ("model", "optimizer")
+DIGESTED = ("model", "optimizer", "average")  # average: the weight average, where a run keeps one
 
 
 class Stateful(Protocol):

@@ -2,8 +2,8 @@
 evaluation, samples and checkpoints at their intervals, then write the best model.
 
 Everything a step depends on is either a pure function of (seed, step) — the batch and its dropout masks — or
-saved in the checkpoint — weights, optimiser moments, early-stopping state — so a run killed at any moment
-and resumed from its latest checkpoint ends bit-identical to an uninterrupted one. With several ranks
+saved in the checkpoint — weights, optimiser moments, the weight average, early-stopping state — so a run killed
+at any moment and resumed from its latest checkpoint ends bit-identical to an uninterrupted one. With several ranks
 (``train.nproc``, under torchrun) each rank trains on its slice of the same global batch, rank 0 alone
 evaluates and writes, and every stop decision is agreed by all ranks. The outside world reaches the loop only
 through what is passed in: a ``Tracker``, the test ``Hooks`` and the ``machine`` (``solomon.machine``) it runs on,
@@ -36,6 +36,7 @@ from solomon.params import Params
 from solomon.records import RunFiles, read_steps
 from solomon.rng import dropout_seed, stream_seed
 from solomon.runtime import configure_torch
+from solomon.train.averaging import WeightAverage
 from solomon.train.checkpoint import Checkpointer, Stateful, TorchRandomState
 from solomon.train.data_order import DataOrder
 from solomon.train.distributed import ProcessGroup
@@ -100,9 +101,15 @@ class Components:
     rng: TorchRandomState
     log: RunLog
     machines: MachineHistory
+    average: WeightAverage | None = None  # with train.ema_decay > 0 (older checkpoints have none)
 
     def by_name(self) -> dict[str, Stateful]:
-        return {field.name: getattr(self, field.name) for field in fields(self)}
+        parts = {field.name: getattr(self, field.name) for field in fields(self)}
+        return {name: part for name, part in parts.items() if part is not None}
+
+    def evaluated_model(self) -> GPT:
+        """The model the evaluations score and save as the run's output: the weight average when there is one."""
+        return self.average.model if self.average is not None else self.model
 
 
 def build_model(params: Params, vocab_size: int) -> GPT:
@@ -136,6 +143,7 @@ def build_components(
         rng=TorchRandomState(),
         log=RunLog(paths.steps_log, paths.evals_log, hooks),
         machines=MachineHistory(machine),
+        average=WeightAverage(model, cfg.ema_decay) if cfg.ema_decay > 0 else None,
     )
     torch.manual_seed(stream_seed(cfg.seed, "dropout"))  # each micro-batch reseeds it; this is the checkpointed state
     return components
@@ -157,6 +165,8 @@ def run_step(
     lr = parts.schedule.lr(step)
     loss, grad_norm = train_step(parts.model, step_model, parts.optimizer, micro_batches, lr, cfg.label_smoothing,
                                  cfg.clip, autocast, seed_dropout)  # fmt: skip
+    if parts.average is not None:
+        parts.average.update(parts.model)
     return loss, grad_norm, lr
 
 
@@ -246,7 +256,7 @@ def train(
                 if done % cfg.eval_interval == 0 or done == cfg.max_steps:
                     with timers("eval_and_samples"):
                         if group.is_main:
-                            record = evaluate(model, done)
+                            record = evaluate(parts.evaluated_model(), done)
                             run_log.evaluation(record)
                             tracker.evaluation(record)
                         stop_early = group.any(stopper.should_stop)  # rank 0 decides; every rank hears it
