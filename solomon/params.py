@@ -132,7 +132,7 @@ class TokenizerParams(_Section):
 
 
 class ModelParams(_Section):
-    """The GPT decoder (solomon/model/gpt.py): pre-LayerNorm blocks, learned positions, tied embeddings."""
+    """The GPT decoder (solomon/model/gpt.py): pre-LayerNorm blocks, tied embeddings, GPT-2's by default."""
 
     n_layer: PositiveInt = Param(6, "Transformer blocks")
     n_head: PositiveInt = Param(6, "attention heads; must divide model.n_embd")
@@ -145,6 +145,15 @@ class ModelParams(_Section):
         lt=1.0,
     )
     bias: bool = Param(False, "biases in linear layers and LayerNorm")
+    # The architecture options (docs/architecture.md). GPT-2's layout has none of them, so a model with any of them
+    # on is served and scored by Solomon (and `mlflow models serve`), not exported to transformers or GGUF.
+    position: Literal["learned", "rotary"] = Param(
+        "learned",
+        "how positions enter: learned embeddings added to the input (GPT-2), or rotary on queries and keys "
+        "(docs/architecture.md)",
+    )
+    qk_norm: bool = Param(False, "RMS-normalise each head's queries and keys before attention (no learned gain)")
+    activation: Literal["gelu", "relu2"] = Param("gelu", "the MLP's nonlinearity: exact GELU, or ReLU squared")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelParams:

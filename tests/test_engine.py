@@ -1,6 +1,7 @@
 """The batched engine against the reference path (the whole window through ``GPT.forward`` per token): the same
 tokens, logits within 1e-5, past block_size too; a sequence's tokens and logits bit for bit the same alone or
-beside others arriving at any step; and the load-dependent batch shape shown to break that."""
+beside others arriving at any step; and the load-dependent batch shape shown to break that. Each test runs on
+GPT-2's architecture and on a model with every architecture option."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from solomon.tools.bench.precision import precision_scores
 BLOCK = 16
 
 
-@pytest.fixture(scope="module")
-def model() -> GPT:
+# GPT-2's architecture, and the same with every architecture option on (rotary positions, QK-norm, squared ReLU).
+@pytest.fixture(scope="module", params=[{}, {"position": "rotary", "qk_norm": True, "activation": "relu2"}],
+                ids=["gpt2", "options"])  # fmt: skip
+def model(request: pytest.FixtureRequest) -> GPT:
     torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=101, block_size=BLOCK, n_layer=2, n_head=4, n_embd=128)).eval()
+    return GPT(GPTConfig(vocab_size=101, block_size=BLOCK, n_layer=2, n_head=4, n_embd=128, **request.param)).eval()
 
 
 class Seen:

@@ -9,11 +9,13 @@ Solomon's own orientation. The tied output projection is written once, as the to
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from solomon.errors import SolomonError
 from solomon.model.gpt import GPTConfig
 
 
@@ -36,7 +38,14 @@ def _with_bias(config: GPTConfig, hf: str, gguf: str, source: str, conv1d: bool 
 
 
 def slots(config: GPTConfig) -> list[Slot]:
-    """Every tensor of the exported model, in GPT-2's order."""
+    """Every tensor of the exported model, in GPT-2's order; refuses a model GPT-2's layout cannot represent."""
+    if config.options:
+        shown = {name: json.dumps(value).strip('"') for name, value in config.options.items()}  # as YAML writes them
+        options = ", ".join(f"model.{name}: {value}" for name, value in shown.items())
+        raise SolomonError(
+            f"the run's model has architecture options GPT-2's layout cannot represent ({options}): Hugging Face "
+            "and GGUF exports need a run trained without them; serve it with `solomon serve` or export --format mlflow"
+        )
     layout = [
         Slot("transformer.wte.weight", "token_embd.weight", "wte.weight"),
         Slot("transformer.wpe.weight", "position_embd.weight", "wpe.weight"),

@@ -1,5 +1,9 @@
 """A GPT-style decoder-only Transformer: pre-LayerNorm blocks, causal scaled-dot-product attention, tied
-input/output embeddings. Plain PyTorch, after nanoGPT's model.py; it knows nothing of files or pipelines."""
+input/output embeddings. Plain PyTorch, after nanoGPT's model.py; it knows nothing of files or pipelines.
+
+By default it is GPT-2's architecture (learned positions, exact GELU). Three options change it: rotary position
+embeddings on queries and keys instead of learned positions (RoFormer; GPT-NeoX's rotate-half pairing), RMS-normalised
+queries and keys (QK-norm, without a learned gain) and a squared-ReLU MLP (Primer)."""
 
 from __future__ import annotations
 
@@ -26,13 +30,58 @@ class GPTConfig:
     n_embd: int
     dropout: float = 0.0
     bias: bool = False
+    position: str = "learned"  # or "rotary"
+    qk_norm: bool = False
+    activation: str = "gelu"  # or "relu2"
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("position", POSITIONS), ("activation", ACTIVATIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} {getattr(self, name)!r} is not one of {', '.join(allowed)}")
+
+    @property
+    def options(self) -> dict[str, object]:
+        """The architecture options that are on (GPT-2 has none of them), by name: {} for GPT-2's architecture."""
+        return {name: getattr(self, name) for name, off in OFF.items() if getattr(self, name) != off}
 
     @classmethod
     def from_params(cls, params: ModelParams, vocab_size: int) -> GPTConfig:
         return cls(vocab_size=vocab_size, **params.model_dump())
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The config as config.json stores it: an option only when on, so a GPT-2 model's config keeps the bytes
+        it had before the options existed."""
+        return {name: value for name, value in asdict(self).items() if name not in OFF or name in self.options}
+
+
+POSITIONS = ("learned", "rotary")
+ACTIVATIONS = ("gelu", "relu2")
+OFF = {"position": "learned", "qk_norm": False, "activation": "gelu"}  # each option's GPT-2 value
+ROPE_BASE = 10000.0  # RoFormer's and GPT-NeoX's base wavelength
+
+
+class Rotary(nn.Module):
+    """Rotary position embeddings: each head's channel i is paired with channel i + head_dim/2 and the pair rotated
+    by position × base^(-2i/head_dim). The angles' cosines and sines are computed once in fp32 (not saved: they
+    follow from the config) and cast to the queries' dtype at use."""
+
+    def __init__(self, head_dim: int, block_size: int) -> None:
+        super().__init__()
+        inv_freq = ROPE_BASE ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.outer(torch.arange(block_size, dtype=torch.float64), inv_freq)
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) at ``positions`` (T,) or (B, 1), shaped to broadcast over (B, heads, T, head_dim / 2)."""
+        return self.cos[positions].unsqueeze(-3), self.sin[positions].unsqueeze(-3)
+
+
+def rotate(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``x`` (B, heads, T, head_dim) rotated pairwise by ``rotation`` (``Rotary``'s output)."""
+    cos, sin = (t.to(x.dtype) for t in rotation)
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
 
 
 class Dropout(nn.Module):
@@ -59,15 +108,28 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
+        self.qk_norm = config.qk_norm
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def heads(
+        self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of ``x`` (B, T, C) as (B, heads, T, head_dim), queries and keys normalised and rotated where the
+        config says (the KV cache calls this too, so cached keys are exactly the ones training attends to)."""
         batch, time, channels = x.shape
         q, k, v = self.qkv(x).split(channels, dim=2)
-        # (B, T, C) -> (B, heads, T, head_dim)
         q, k, v = (t.view(batch, time, self.n_head, channels // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.qk_norm:
+            q, k = F.rms_norm(q, q.shape[-1:]), F.rms_norm(k, k.shape[-1:])
+        if rotation is not None:
+            q, k = rotate(q, rotation), rotate(k, rotation)
+        return q, k, v
+
+    def forward(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        batch, time, channels = x.shape
+        q, k, v = self.heads(x, rotation)
         # No dropout on the attention probabilities: on CPU a mask there forces SDPA off its fused kernel and made
         # bf16 training 36 % slower (measured, 6L/384); embedding and residual dropout regularise instead.
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -81,9 +143,12 @@ class MLP(nn.Module):
         self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
         self.dropout = Dropout(config.dropout)
+        self.squared_relu = config.activation == "relu2"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.proj(F.gelu(self.fc(x))))
+        hidden = self.fc(x)
+        hidden = F.relu(hidden).square() if self.squared_relu else F.gelu(hidden)
+        return self.dropout(self.proj(hidden))
 
 
 class Block(nn.Module):
@@ -94,8 +159,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rotation)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -104,7 +169,9 @@ class GPT(nn.Module):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
+        rotary = config.position == "rotary"
+        self.wpe = None if rotary else nn.Embedding(config.block_size, config.n_embd)
+        self.rotary = Rotary(config.n_embd // config.n_head, config.block_size) if rotary else None
         self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
@@ -127,7 +194,16 @@ class GPT(nn.Module):
 
     def num_params(self, non_embedding: bool = True) -> int:
         total = sum(p.numel() for p in self.parameters())
-        return total - self.wpe.weight.numel() if non_embedding else total
+        return total - self.wpe.weight.numel() if non_embedding and self.wpe is not None else total
+
+    def embed(self, idx: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The residual stream's input for tokens ``idx`` at ``positions`` (before dropout)."""
+        x = self.wte(idx)
+        return x if self.wpe is None else x + self.wpe(positions)
+
+    def rotation(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """What the blocks rotate queries and keys by at ``positions`` (None: learned positions, no rotation)."""
+        return None if self.rotary is None else self.rotary(positions)
 
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, label_smoothing: float = 0.0
@@ -138,9 +214,10 @@ class GPT(nn.Module):
         if time > self.config.block_size:
             raise ValueError(f"sequence of {time} tokens exceeds block_size {self.config.block_size}")
         pos = torch.arange(time, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
+        x = self.drop(self.embed(idx, pos))
+        rotation = self.rotation(pos)
         for block in self.blocks:
-            x = block(x)
+            x = block(x, rotation)
         x = self.ln_f(x)
         if targets is None:
             return self.lm_head(x)

@@ -45,12 +45,11 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v)
 
 
-def _heads(block: Block, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v of ``ln_1(x)``, (B, heads, T, head_dim): as ``CausalSelfAttention.forward`` splits them."""
-    batch, time, channels = x.shape
-    attn = block.attn
-    q, k, v = attn.qkv(block.ln_1(x)).split(channels, dim=2)
-    return tuple(t.view(batch, time, attn.n_head, channels // attn.n_head).transpose(1, 2) for t in (q, k, v))
+def _heads(
+    block: Block, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of ``ln_1(x)``, (B, heads, T, head_dim): ``CausalSelfAttention.heads``, as training computes them."""
+    return block.attn.heads(block.ln_1(x), rotation)
 
 
 def _finish(block: Block, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -67,9 +66,10 @@ def prefill(model: GPT, cache: KVCache, slot: int, ids: list[int]) -> tuple[torc
     time = len(ids)
     if time > cache.block_size:
         raise ValueError(f"sequence of {time} tokens exceeds block_size {cache.block_size}")
-    x = model.wte(torch.tensor([ids])) + model.wpe(torch.arange(time))
+    positions = torch.arange(time)
+    x, rotation = model.embed(torch.tensor([ids]), positions), model.rotation(positions)
     for layer, block in enumerate(model.blocks):
-        q, k, v = _heads(block, x)
+        q, k, v = _heads(block, x, rotation)
         cache.k[layer][slot, :, :time] = k[0]
         cache.v[layer][slot, :, :time] = v[0]
         x = _finish(block, x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
@@ -87,9 +87,10 @@ def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, po
     written = pos >= 0
     into_slots, into_positions = rows[written], pos[written]  # where the live rows' keys and values go
     live = [(i, slot, p) for i, (slot, p) in enumerate(zip(rows.tolist(), pos.tolist(), strict=True)) if p >= 0]
-    x = model.wte(ids[:, None]) + model.wpe(pos.clamp(min=0)[:, None])
+    positions = pos.clamp(min=0)[:, None]
+    x, rotation = model.embed(ids[:, None], positions), model.rotation(positions)
     for layer, block in enumerate(model.blocks):
-        q, k, v = _heads(block, x)
+        q, k, v = _heads(block, x, rotation)
         keys, values = cache.k[layer], cache.v[layer]
         keys[into_slots, :, into_positions] = k[written, :, 0]
         values[into_slots, :, into_positions] = v[written, :, 0]

@@ -42,7 +42,7 @@ def load_files(config_path: Path, weights_path: Path) -> GPT:
         state = load_file(str(weights_path))
     except FileNotFoundError as exc:
         raise SolomonError(f"{exc.filename} is missing: run the train stage (`dvc repro train`)") from None
-    except (TypeError, json.JSONDecodeError) as exc:
+    except (TypeError, ValueError) as exc:  # JSONDecodeError is a ValueError; GPTConfig refuses bad values
         raise SolomonError(f"{config_path} is not a valid model config ({exc})") from None
     except SafetensorError as exc:
         raise SolomonError(f"{weights_path} is not a readable safetensors file ({exc})") from None

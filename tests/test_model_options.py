@@ -1,0 +1,136 @@
+"""The architecture options (rotary positions, QK-norm, squared ReLU): what each computes, that a GPT-2 model's
+config keeps its bytes, that a model with options saves, loads, resumes exactly and is refused by the GPT-2-layout
+exports in one line. The serving engine's tests run on a model with every option too (tests/test_engine.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import logged_steps, run_train, workdir
+from test_resume import outcome
+
+from solomon.errors import SolomonError
+from solomon.export.layout import slots
+from solomon.model import weights
+from solomon.model.gpt import GPT, GPTConfig, Rotary, rotate
+from solomon.model.kv_cache import KVCache, decode, prefill
+from solomon.params import load_params
+
+torch.set_num_threads(1)
+EVERY_OPTION = {"position": "rotary", "qk_norm": True, "activation": "relu2"}
+SIZES = {"vocab_size": 61, "block_size": 24, "n_layer": 2, "n_head": 2, "n_embd": 32}
+
+
+def model_with(seed: int = 0, **options) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**SIZES, **options)).eval()
+
+
+def test_rotary_attention_scores_depend_only_on_the_offset_between_positions() -> None:
+    rotary = Rotary(head_dim=16, block_size=64)
+    generator = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 1, 1, 1, 16, generator=generator, dtype=torch.float64).unbind(0)
+
+    def score(query_at: int, key_at: int) -> float:
+        rotated_q = rotate(q, rotary(torch.tensor([query_at])))
+        rotated_k = rotate(k, rotary(torch.tensor([key_at])))
+        return float((rotated_q * rotated_k).sum())
+
+    assert score(9, 4) == pytest.approx(score(40, 35), rel=1e-6)
+    assert score(9, 4) == pytest.approx(score(5, 0), rel=1e-6)
+    assert score(9, 4) != pytest.approx(score(9, 5), rel=1e-3)  # another offset, another score
+    assert torch.allclose(rotate(q, rotary(torch.tensor([0]))), q)  # position 0 is no rotation
+    assert torch.linalg.norm(rotate(q, rotary(torch.tensor([33])))) == pytest.approx(float(torch.linalg.norm(q)))
+
+
+def test_qk_norm_gives_every_head_unit_rms_queries_and_keys_and_relu2_is_relu_squared() -> None:
+    model = model_with(qk_norm=True)
+    x = torch.randn(1, 5, SIZES["n_embd"])
+    q, k, _ = model.blocks[0].attn.heads(x, None)
+    for tensor in (q, k):
+        assert torch.allclose(tensor.pow(2).mean(-1), torch.ones(tensor.shape[:-1]), atol=1e-4)
+    mlp = model_with(activation="relu2").blocks[0].mlp
+    hidden = mlp.fc(x)
+    assert torch.equal(mlp(x), mlp.proj(torch.relu(hidden) ** 2))
+
+
+def test_a_gpt2_config_keeps_its_bytes_and_each_option_is_written_only_when_on() -> None:
+    plain = GPTConfig(**SIZES)
+    assert plain.options == {} and list(plain.to_dict()) == [*SIZES, "dropout", "bias"]
+    for name, value in EVERY_OPTION.items():
+        config = GPTConfig(**SIZES, **{name: value})
+        assert config.options == {name: value} and config.to_dict()[name] == value
+        assert GPTConfig(**config.to_dict()) == config
+    rotary = model_with(position="rotary")
+    assert rotary.wpe is None and not any("rotary" in name for name in rotary.state_dict())  # angles: not saved
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    logits = {name: model_with(**{name: value})(ids) for name, value in EVERY_OPTION.items()}
+    plain_logits = model_with()(ids)
+    assert all(not torch.allclose(each, plain_logits) for each in logits.values())
+
+
+@pytest.mark.parametrize("options", [{}, *({k: v} for k, v in EVERY_OPTION.items()), EVERY_OPTION])
+def test_cached_prefill_and_decode_give_the_plain_forwards_logits_within_1e_5(options: dict) -> None:
+    model = model_with(**options)
+    ids = torch.randint(0, SIZES["vocab_size"], (1, 20), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(ids)[0]
+    cache = KVCache(model, slots=3)
+    last, _ = prefill(model, cache, 1, ids[0, :9].tolist())
+    assert torch.allclose(last, full[8], atol=1e-5, rtol=0)
+    rows = torch.tensor([0, 1, 2])
+    for t in range(9, 20):  # slot 1 at position t beside two padding rows
+        tokens, positions = torch.tensor([5, int(ids[0, t]), 7]), torch.tensor([-1, t, -1])
+        assert torch.allclose(decode(model, cache, rows, tokens, positions)[1], full[t], atol=1e-5, rtol=0), t
+
+
+def test_a_model_with_options_round_trips_through_its_files_and_a_bad_option_is_refused(tmp_path: Path) -> None:
+    model = model_with(**EVERY_OPTION)
+    weights.save(model, tmp_path / "model")
+    loaded = weights.load(tmp_path / "model")
+    ids = torch.tensor([[7, 7, 2, 40]])
+    assert loaded.config == model.config and torch.equal(loaded(ids), model(ids))
+    config_file = tmp_path / "model" / weights.CONFIG_FILE
+    config_file.write_text(json.dumps(model.config.to_dict() | {"position": "alibi"}))
+    with pytest.raises(SolomonError, match=r"not a valid model config \(position 'alibi' is not one of learned, rot"):
+        weights.load(tmp_path / "model")
+
+
+def test_params_refuse_an_unknown_position_or_activation_naming_the_key(tmp_path: Path) -> None:
+    for key, value in (("position", "alibi"), ("activation", "swiglu")):
+        path = tmp_path / "params.yaml"
+        path.write_text(f"model:\n  {key}: {value}\n")
+        with pytest.raises(SolomonError, match=rf"model\.{key}") as caught:
+            load_params(path)
+        assert "\n" not in str(caught.value)
+
+
+def test_the_gpt2_layout_exports_refuse_a_model_with_options_in_one_line() -> None:
+    with pytest.raises(SolomonError) as caught:
+        slots(GPTConfig(**SIZES, position="rotary", qk_norm=True))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "model.position: rotary, model.qk_norm: true" in message and "export --format mlflow" in message
+    assert len(slots(GPTConfig(**SIZES))) == 2 + 12 * 2 + 2
+
+
+def test_a_run_with_every_option_killed_between_checkpoints_resumes_to_the_same_bytes(
+    built_repo: Path, tmp_path: Path
+) -> None:
+    options = {"model": EVERY_OPTION}
+    reference = workdir(built_repo, tmp_path / "reference", options)
+    assert (done := run_train(built_repo, reference)).returncode == 0, done.stderr
+    config = json.loads((reference / "models" / weights.CONFIG_FILE).read_text())
+    assert {name: config[name] for name in EVERY_OPTION} == EVERY_OPTION
+
+    cwd = workdir(built_repo, tmp_path / "killed", options)
+    killed = run_train(built_repo, cwd, crash_at="after-step:25")  # 5 steps past the checkpoint of step 20
+    assert killed.returncode == -signal.SIGKILL and logged_steps(cwd) == 25
+    finished = run_train(built_repo, cwd)
+    assert finished.returncode == 0, finished.stderr
+    assert "(step 20)" in finished.stderr
+    assert outcome(cwd) == outcome(reference)
