@@ -13,7 +13,7 @@ from conftest import ROOT
 
 from solomon.errors import SolomonError
 from solomon.params import flatten
-from solomon.tools.experiments.render import render_page
+from solomon.tools.experiments.render import END, START, render_page, replace_block
 from solomon.tools.experiments.results import MEASURED, THEN_LOG, data_dir, read_results, stale_runs
 from solomon.tools.experiments.runner import run_page
 from solomon.tools.experiments.spec import SPEC, commands, default_values, load_spec, read_params, run_entry
@@ -224,3 +224,12 @@ def test_two_runs_named_as_one_experiment_are_refused(tmp_path: Path) -> None:
     (tmp_path / "docs/experiments.yaml").write_text(yaml.safe_dump(spec))
     with pytest.raises(SolomonError, match="two runs are the experiment p-a"):
         load_spec(tmp_path / "docs/experiments.yaml")
+
+
+def test_a_page_not_yet_written_is_started_as_a_title_and_its_block(tmp_path: Path) -> None:
+    """A new page's runs are kept even when its prose does not exist yet: rendering writes the page around them."""
+    page = replace_block(tmp_path / "weight-tying.md", START, END, ["| run |"])
+    assert page.read_text() == f"# Weight tying\n\n{START}\n| run |\n{END}\n"
+    page.write_text(page.read_text().replace(f"{START}\n", f"Prose.\n\n{START}\n"))
+    replace_block(page, START, END, ["| run | again |"])
+    assert page.read_text() == f"# Weight tying\n\nProse.\n\n{START}\n| run | again |\n{END}\n"

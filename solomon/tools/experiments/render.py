@@ -114,7 +114,9 @@ def render_page(spec: dict, page: str, docs_dir: Path, params: dict) -> Path:
 
 def replace_block(page_path: Path, start: str, end: str, lines: list[str]) -> Path:
     """Rewrite the generated block of ``page_path`` between its one ``start`` and one ``end`` line with ``lines``,
-    the prose around it kept."""
+    the prose around it kept. A page not yet written starts as a title and the block, for its prose to go around."""
+    if not page_path.exists():
+        write_text(page_path, f"# {page_path.stem.replace('-', ' ').capitalize()}\n\n{start}\n{end}\n")
     text = page_path.read_text(encoding="utf-8")
     if text.count(start) != 1 or text.count(end) != 1:
         raise SolomonError(f"{page_path} needs one {start} and one {end} line around its generated block")
