@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import get_args
 
 import torch
 import torch.nn as nn
@@ -16,6 +17,12 @@ import torch.nn.functional as F
 
 from solomon.model.linear_cross_entropy import linear_cross_entropy
 from solomon.params import ModelParams
+
+# The architecture options and their values are ModelParams' (one declaration): off is its default, GPT-2's value.
+OPTIONS = ("position", "qk_norm", "activation")
+OFF = {name: ModelParams.model_fields[name].default for name in OPTIONS}
+CHOICES = {name: get_args(ModelParams.model_fields[name].annotation) for name in ("position", "activation")}
+ROPE_BASE = 10000.0  # RoFormer's and GPT-NeoX's base wavelength
 
 
 @dataclass(frozen=True)
@@ -30,12 +37,12 @@ class GPTConfig:
     n_embd: int
     dropout: float = 0.0
     bias: bool = False
-    position: str = "learned"  # or "rotary"
-    qk_norm: bool = False
-    activation: str = "gelu"  # or "relu2"
+    position: str = OFF["position"]
+    qk_norm: bool = OFF["qk_norm"]
+    activation: str = OFF["activation"]
 
     def __post_init__(self) -> None:
-        for name, allowed in (("position", POSITIONS), ("activation", ACTIVATIONS)):
+        for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} {getattr(self, name)!r} is not one of {', '.join(allowed)}")
 
@@ -51,13 +58,8 @@ class GPTConfig:
     def to_dict(self) -> dict:
         """The config as config.json stores it: an option only when on, so a GPT-2 model's config keeps the bytes
         it had before the options existed."""
-        return {name: value for name, value in asdict(self).items() if name not in OFF or name in self.options}
-
-
-POSITIONS = ("learned", "rotary")
-ACTIVATIONS = ("gelu", "relu2")
-OFF = {"position": "learned", "qk_norm": False, "activation": "gelu"}  # each option's GPT-2 value
-ROPE_BASE = 10000.0  # RoFormer's and GPT-NeoX's base wavelength
+        on = self.options
+        return {name: value for name, value in asdict(self).items() if name not in OFF or name in on}
 
 
 class Rotary(nn.Module):

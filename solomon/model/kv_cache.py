@@ -45,13 +45,6 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v)
 
 
-def _heads(
-    block: Block, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k, v of ``ln_1(x)``, (B, heads, T, head_dim): ``CausalSelfAttention.heads``, as training computes them."""
-    return block.attn.heads(block.ln_1(x), rotation)
-
-
 def _finish(block: Block, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The rest of the block after attention's output ``y`` (B, heads, T, head_dim): projection, residuals, MLP."""
     batch, time, channels = x.shape
@@ -69,7 +62,7 @@ def prefill(model: GPT, cache: KVCache, slot: int, ids: list[int]) -> tuple[torc
     positions = torch.arange(time)
     x, rotation = model.embed(torch.tensor([ids]), positions), model.rotation(positions)
     for layer, block in enumerate(model.blocks):
-        q, k, v = _heads(block, x, rotation)
+        q, k, v = block.attn.heads(block.ln_1(x), rotation)  # as training computes them
         cache.k[layer][slot, :, :time] = k[0]
         cache.v[layer][slot, :, :time] = v[0]
         x = _finish(block, x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
@@ -90,7 +83,7 @@ def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, po
     positions = pos.clamp(min=0)[:, None]
     x, rotation = model.embed(ids[:, None], positions), model.rotation(positions)
     for layer, block in enumerate(model.blocks):
-        q, k, v = _heads(block, x, rotation)
+        q, k, v = block.attn.heads(block.ln_1(x), rotation)  # as training computes them
         keys, values = cache.k[layer], cache.v[layer]
         keys[into_slots, :, into_positions] = k[written, :, 0]
         values[into_slots, :, into_positions] = v[written, :, 0]
