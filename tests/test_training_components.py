@@ -401,6 +401,42 @@ def test_the_hosts_gemm_peak_is_measured_in_under_a_second() -> None:
     assert set(peaks) == {"fp32", "bf16"} and all(peak > 0 for peak in peaks.values())
 
 
+def test_the_gemm_peak_shrinks_its_matmul_to_fit_its_time_budget() -> None:
+    """A dtype without native kernels (bf16 on an AVX2-only CPU: 2.4 s a 1024² product) must not hold up the train
+    stage's start: the measurement shrinks its product until it fits, and still reports a rate."""
+    import time
+
+    from solomon.machine import describe, gemm_peak_gflops
+
+    started = time.perf_counter()
+    peak = gemm_peak_gflops(torch.float32, n=2048, repeats=3, budget_s=0.01)
+    assert peak > 0 and time.perf_counter() - started < 2  # 2048² fp32 nine times would take seconds anywhere
+    assert describe()["bf16_matmul"] in ("native", "fallback")
+
+
+def test_a_bf16_run_on_a_cpu_without_bf16_kernels_says_so_as_it_starts(tiny_run, capsys) -> None:
+    """bf16 autocast, or Muon (its Newton-Schulz runs in bf16), on a CPU whose bf16 matmuls take torch's scalar
+    fallback: the run goes on, and the stage's first lines say why it is slow and what trains in fp32."""
+    from solomon.machine import describe
+    from solomon.train.step import bf16_fallback_warning
+
+    fallback = {**describe(), "bf16_matmul": "fallback"}
+    peaks = {"fp32": 150.0, "bf16": 0.9}
+    assert bf16_fallback_warning("fp32", "adamw", fallback, peaks) is None
+    assert bf16_fallback_warning("bf16", "muon", {**fallback, "bf16_matmul": "native"}, peaks) is None
+    both = bf16_fallback_warning("bf16", "muon", fallback, peaks)
+    assert "(bf16 GEMM 0.9 GFLOP/s against 150 in fp32 here)" in both
+    assert "train.precision: bf16 and train.optimizer: muon compute in bf16" in both
+    assert "train.optimizer: muon compute" in bf16_fallback_warning("fp32", "muon", fallback, None)
+    params, paths = tiny_run(
+        {"train": {"max_steps": 2, "precision": "bf16", "optimizer": "adamw"}, "lr": {"cooldown": 0.5}}
+    )
+    train(params, paths, machine=fallback, gemm_peak=peaks)
+    err = capsys.readouterr().err
+    assert bf16_fallback_warning("bf16", "adamw", fallback, peaks) in err
+    assert "-S train.precision=fp32 -S train.optimizer=adamw" in err
+
+
 def test_a_resume_on_another_machine_kind_is_warned_and_recorded(tiny_run, capsys) -> None:
     """The kind is not in the fingerprint: the resume goes on (a pod rescheduled on another node), says which steps
     are no longer bit-identical to an uninterrupted run, and train_metrics.json records which kind trained which."""

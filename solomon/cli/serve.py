@@ -91,7 +91,8 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
         choices=PRECISIONS,
         default=DEFAULT_PRECISION,
         help="what the model computes in: fp32, as the evaluate stage scored it, or bf16 weights in every linear "
-        f"layer (faster; other text for the same seed: docs/serving.md) (default: {DEFAULT_PRECISION})",
+        "layer (faster on a CPU with bf16 kernels, AVX-512 or AMX, many times slower without; other text for the "
+        f"same seed: docs/serving.md) (default: {DEFAULT_PRECISION})",
     )
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from solomon.machine import bf16_matmul_native
 from solomon.model.gpt import GPT
 from solomon.serving.limits import PRECISIONS
 
@@ -43,8 +44,13 @@ class Bf16Linear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "").float()
 
 
-# oneDNN is in every x86 and aarch64 build of torch; elsewhere the bf16 layers run unpacked.
-PACKED = torch.backends.mkldnn.is_available()
+# oneDNN packs bf16 weights only on a CPU with its bf16 kernels (it refuses on an AVX2-only one); elsewhere the bf16
+# layers run unpacked, through torch's scalar fallback: correct, and many times slower than fp32 there.
+PACKED = bf16_matmul_native()
+BF16_FALLBACK = (
+    "this CPU has no native bf16 matmuls (AVX-512 or AMX): bf16 runs through torch's scalar fallback, "
+    "many times slower than --precision fp32 here"
+)
 
 
 def in_precision(model: GPT, precision: str) -> GPT:

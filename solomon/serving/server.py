@@ -22,6 +22,7 @@ from solomon.errors import SolomonError
 from solomon.serving.app import create_app
 from solomon.serving.limits import DEFAULT_PRECISION, Limits
 from solomon.serving.loader import Served, load_verified
+from solomon.serving.precision import BF16_FALLBACK, PACKED
 
 
 @dataclass(frozen=True)
@@ -92,4 +93,6 @@ def _announce(served: Served, host: str, port: int) -> Served:
     where = IN_CACHE if IN_CACHE in places else IN_WORKSPACE
     for line in served.workspace:
         print(f"note: {line} (the served files verified in the {where})", file=sys.stderr, flush=True)
+    if served.precision == "bf16" and not PACKED:
+        print(f"note: {BF16_FALLBACK}", file=sys.stderr, flush=True)
     return served

@@ -49,7 +49,7 @@ from solomon.train.resume import resume_point
 from solomon.train.run_log import RunLog
 from solomon.train.schedule import LrSchedule
 from solomon.train.signals import StopSignals
-from solomon.train.step import autocast_for, train_step
+from solomon.train.step import autocast_for, bf16_fallback_warning, train_step
 from solomon.train.tracker import NoTracking, Tracker
 
 BEST_DIR = "best"  # inside the checkpoints directory: the best evaluated model so far
@@ -214,6 +214,8 @@ def train(
     parts.machines.started(start, restarts)
     if group.is_main and (other_kind := parts.machines.other_kind(start)):
         print(other_kind, file=sys.stderr)
+    if group.is_main and (slow := bf16_fallback_warning(cfg.precision, cfg.optimizer, machine, gemm_peak)):
+        print(slow, file=sys.stderr)
     if group.is_main and any(restarts):
         print(f"train: restarted by torchrun from step {start} (restarts by rank: {restarts})", file=sys.stderr)
     group.require_same("step to resume from", start)

@@ -23,6 +23,33 @@ def autocast_for(precision: str) -> Callable[[], contextlib.AbstractContextManag
     return contextlib.nullcontext
 
 
+def bf16_fallback_warning(
+    precision: str, optimizer: str, machine: dict, gemm_peak: dict[str, float] | None
+) -> str | None:
+    """The line the train stage prints when this run computes in bf16 on a CPU without native bf16 matmuls
+    (``machine["bf16_matmul"]``): bf16 autocast, or Muon, whose Newton-Schulz iterations run in bf16 whatever the
+    run's precision. Such a run is correct, but its matmuls take the scalar path (docs/training.md). None when
+    nothing in the step computes in bf16 or the CPU has the kernels."""
+    uses = [
+        name
+        for name, used in (
+            ("train.precision: bf16", precision == "bf16"),
+            ("train.optimizer: muon", optimizer == "muon"),
+        )
+        if used
+    ]
+    if not uses or machine.get("bf16_matmul", "native") == "native":
+        return None
+    measured = ""
+    if gemm_peak:
+        measured = f" (bf16 GEMM {gemm_peak['bf16']:g} GFLOP/s against {gemm_peak['fp32']:g} in fp32 here)"
+    return (
+        f"train: this CPU has no native bf16 matmuls{measured} and {' and '.join(uses)} compute in bf16: "
+        "steps run many times slower than on a CPU with AVX-512 or AMX; "
+        "-S train.precision=fp32 -S train.optimizer=adamw trains in fp32 (other bytes; docs/training.md)"
+    )
+
+
 def accumulate_gradients(
     model: torch.nn.Module,
     micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
