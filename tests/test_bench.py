@@ -4,11 +4,16 @@ asserted, and the compiled variant stays out of the suite)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-from solomon.tools.bench.throughput import MATMUL_OPS
+from solomon.machine import bf16_matmul_native
+from solomon.params import PARAMS_FILE, Params, read_yaml
+from solomon.tools.bench import NOT_NATIVE
+from solomon.tools.bench.report import format_throughput
+from solomon.tools.bench.throughput import MATMUL_OPS, training_throughput
 from solomon.tools.scratch import pipeline_env
 
 
@@ -32,11 +37,15 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "| eager bf16" in done.stdout and "share of loop wall" in done.stdout
     [record] = list((repo_copy / "reports/bench").glob("*.json"))
     result = json.loads(record.read_text())
     throughput = result["throughput"]
     assert set(throughput["variants"]) == {"eager fp32", "eager bf16", "eager bf16 muon"}
+    if not bf16_matmul_native():  # an AVX2-only CPU: what computes in bf16 is left out, and said so
+        _assert_bf16_left_out(throughput, done.stdout)
+        assert result["stage"]["not_measured"] == NOT_NATIVE and f"train stage not timed: {NOT_NATIVE}" in done.stdout
+        return
+    assert "| eager bf16" in done.stdout and "share of loop wall" in done.stdout
     assert throughput["variants"]["eager bf16 muon"]["optimizer"] == "muon" and "| eager bf16 muon" in done.stdout
     assert set(throughput["gemm_peak_gflops"]) == {"fp32", "bf16"}
     assert all(peak > 0 for peak in throughput["gemm_peak_gflops"].values())
@@ -58,3 +67,26 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     # The copy of the built pipeline is up to date, so the bench times a real no-op `dvc repro`.
     assert stage["noop_dvc_repro_s"] > 0
     assert result["parts"] == ["throughput", "stage", "serving"] and "serving" not in result  # 0 clients: skipped
+
+
+def _assert_bf16_left_out(throughput: dict, text: str) -> None:
+    variants = throughput["variants"]
+    assert variants["eager bf16"] == {"not_measured": NOT_NATIVE, "optimizer": "adamw"}
+    assert variants["eager bf16 muon"] == {"not_measured": NOT_NATIVE, "optimizer": "muon"}
+    assert variants["eager fp32"]["tokens_per_s"] > 0 and variants["eager fp32"]["ratio_to_eager_fp32"] == 1.0
+    assert set(throughput["matmul_ceiling_gflops"]) == set(throughput["matmul_ceiling_mfu"]) == {"fp32"}
+    assert throughput["default_step_profile"] == [] and throughput["in_step_matmul"] is None
+    assert f"not measured: eager bf16 muon: {NOT_NATIVE}" in text
+    assert re.search(r"^\| eager bf16 +\| not measured", text, re.MULTILINE)
+    assert "the default path was not measured here" in text
+
+
+def test_without_native_bf16_the_bench_leaves_out_what_computes_in_bf16_and_says_why(repo_copy: Path) -> None:
+    """On any host: the bench told bf16 matmuls are not native (an AVX2-only CPU, where a bf16 step of the
+    default model takes minutes) measures fp32 alone and names the rest, rather than running for hours."""
+    from solomon.tools.bench.stage import stage_overheads
+
+    params = Params.model_validate(read_yaml(repo_copy / PARAMS_FILE))
+    throughput = training_throughput(params, steps=1, warmup=1, compile_variant=False, bf16_native=False)
+    _assert_bf16_left_out(throughput, format_throughput(throughput))
+    assert stage_overheads(repo_copy, 12, bf16_native=False) == {"steps": 12, "not_measured": NOT_NATIVE}

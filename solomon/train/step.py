@@ -23,6 +23,12 @@ def autocast_for(precision: str) -> Callable[[], contextlib.AbstractContextManag
     return contextlib.nullcontext
 
 
+def computes_in_bf16(precision: str, optimizer: str) -> bool:
+    """Whether a step runs bf16 matmuls: under bf16 autocast, or with Muon, whose Newton-Schulz iterations run in
+    bf16 whatever the run's precision (as torch's Muon)."""
+    return precision == "bf16" or optimizer == "muon"
+
+
 def bf16_fallback_warning(
     precision: str, optimizer: str, machine: dict, gemm_peak: dict[str, float] | None
 ) -> str | None:

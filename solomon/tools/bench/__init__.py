@@ -16,9 +16,12 @@
    bandwidth and compute limits for the model's size, and transformers and llama.cpp on the same weights.
 ``measure`` takes all four (or the parts named), handing each part's text (``format_*``) to the caller as soon as
 it is measured.
+On a CPU without native bf16 matmuls (``solomon.machine.bf16_matmul_native``) whatever computes in bf16 is left
+out, with ``NOT_NATIVE`` as the reason: there a bf16 step takes minutes (docs/training.md).
 A benchmark, not a test: nothing here asserts a time.
 """
 
 PARTS = ("throughput", "stage", "serving")  # `solomon bench --only` names them
 SERVING_CLIENTS = (1, 4, 16)  # the engine's rows: closed-loop streaming clients (`--serving-clients`)
 SERVING_REQUESTS = 4  # completions per client and client count (`--serving-requests`)
+NOT_NATIVE = "this CPU has no native bf16 matmuls: a bf16 step takes minutes here (docs/training.md)"

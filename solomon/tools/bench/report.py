@@ -50,30 +50,33 @@ def format_throughput(throughput: dict) -> str:
     peaks, ceilings, ceiling_mfu = (
         throughput[k] for k in ("gemm_peak_gflops", "matmul_ceiling_gflops", "matmul_ceiling_mfu")
     )
+    alone = ", ".join(f"{k} {ceilings[k]} GFLOP/s ({ceiling_mfu[k]:.1%} of peak)" for k in ceilings)
     lines = [
         f"GEMM peak here: fp32 {peaks['fp32']} GFLOP/s, bf16 {peaks['bf16']} GFLOP/s",
-        f"the model's own matmuls alone: fp32 {ceilings['fp32']} GFLOP/s ({ceiling_mfu['fp32']:.1%} of peak), "
-        f"bf16 {ceilings['bf16']} GFLOP/s ({ceiling_mfu['bf16']:.1%} of peak): the MFU ceiling of this model here",
+        f"the model's own matmuls alone: {alone}: the MFU ceiling of this model here",
     ]
     if in_step := throughput["in_step_matmul"]:
         lines.append(
             f"the same matmuls inside the default step (profiled): {in_step['gflops']} GFLOP/s "
             f"({in_step['of_peak']:.1%} of peak), {in_step['ms_per_step']} ms per step"
         )
-    variants = throughput["variants"]
+    variants = {name: v for name, v in throughput["variants"].items() if "tokens_per_s" in v}
     rows = [
         [name, v["tokens_per_s"], v["ratio_to_eager_fp32"], v["gflops"], f"{v['mfu']:.1%} of {v['mfu_of']}",
          v["warmup_s"]]
         for name, v in variants.items()
     ]  # fmt: skip
+    rows += [[name, "not measured"] for name, v in throughput["variants"].items() if name not in variants]
     headers = ["variant", "tokens/s", "× eager fp32", "GFLOP/s", "MFU", "warm-up s"]
     lines.append(tabulate(rows, headers, tablefmt="github"))
-    lines.append("\nwhere the default path's step time goes (torch.profiler, self CPU time):")
-    ops = [
-        [p["op"][:60], f"{p['share']:.1%}", p["ms_per_step"], p["calls_per_step"]]
-        for p in throughput["default_step_profile"]
-    ]
-    lines.append(tabulate(ops, ["operator", "share", "ms/step", "calls/step"], tablefmt="github"))
+    lines += [f"not measured: {name}: {v['not_measured']}" for name, v in throughput["variants"].items()
+              if name not in variants]  # fmt: skip
+    if profile := throughput["default_step_profile"]:
+        lines.append("\nwhere the default path's step time goes (torch.profiler, self CPU time):")
+        ops = [[p["op"][:60], f"{p['share']:.1%}", p["ms_per_step"], p["calls_per_step"]] for p in profile]
+        lines.append(tabulate(ops, ["operator", "share", "ms/step", "calls/step"], tablefmt="github"))
+    else:
+        lines.append("\nthe default path was not measured here: no step profile")
     lines.append(f"peak RSS while training: {max(v['peak_rss_mib_so_far'] for v in variants.values()):.1f} MiB")
     return "\n".join(lines)
 
@@ -82,6 +85,8 @@ def format_stage(stage: dict) -> str:
     """Each overhead's seconds and share of the loop's wall time; resume latency, a no-op ``dvc repro``."""
     from tabulate import tabulate
 
+    if "not_measured" in stage:
+        return f"\ntrain stage not timed: {stage['not_measured']}"
     rows = [[name, stage["seconds"][name], f"{share:.2%}"] for name, share in stage["share_of_loop_wall"].items()]
     rows.append(["all overheads", round(sum(stage["seconds"].values()), 3), f"{stage['overhead_share']:.2%}"])
     return (

@@ -9,11 +9,14 @@ from pathlib import Path
 import yaml
 
 from solomon.errors import SolomonError, last_line
+from solomon.machine import bf16_matmul_native
 from solomon.params import read_yaml
 from solomon.pipeline import dvc_executable, stage_command
 from solomon.records import PARAMS_FILE, STEP_LOG, TRAIN_RUN, read_json, read_steps
+from solomon.tools.bench import NOT_NATIVE
 from solomon.tools.scratch import merge, pipeline_env
 from solomon.train.hooks import pause_environment
+from solomon.train.step import computes_in_bf16
 
 
 def _run(command: list[str], cwd: Path) -> float:
@@ -46,10 +49,14 @@ def resume_latency(command: list[str], work: Path, resume_step: int) -> float:
     return reached - tokens_per_step / row["tokens_per_s"]
 
 
-def stage_overheads(repo: Path, stage_steps: int) -> dict:
+def stage_overheads(repo: Path, stage_steps: int, bf16_native: bool | None = None) -> dict:
     """A real train stage on ``repo``'s token files, in a scratch directory, with params.yaml's intervals; then
-    the same run resumed (``max_steps`` raised, a resumable change) to time a resume."""
+    the same run resumed (``max_steps`` raised, a resumable change) to time a resume. Not timed where params.yaml's
+    steps compute in bf16 and bf16 matmuls do not run natively (``bf16_native``, None: this CPU's)."""
     base = read_yaml(repo / PARAMS_FILE)
+    native = bf16_matmul_native() if bf16_native is None else bf16_native
+    if not native and computes_in_bf16(base["train"]["precision"], base["train"]["optimizer"]):
+        return {"steps": stage_steps, "not_measured": NOT_NATIVE}
     with tempfile.TemporaryDirectory(prefix="solomon-bench-") as scratch:
         work = Path(scratch)
         (work / "data").symlink_to(repo / "data")  # the stage's inputs; its outputs land in the scratch directory

@@ -7,13 +7,14 @@ from collections.abc import Callable
 
 import torch
 
-from solomon.machine import best_gflops, gemm_peaks, matmul_flops
+from solomon.machine import best_gflops, bf16_matmul_native, gemm_peaks, matmul_flops
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params
 from solomon.runtime import configure_torch
+from solomon.tools.bench import NOT_NATIVE
 from solomon.train.data_order import DataOrder
 from solomon.train.optimizer import build_optimizer
-from solomon.train.step import autocast_for, train_step
+from solomon.train.step import autocast_for, computes_in_bf16, train_step
 
 # name: (train.precision, train.compile, train.optimizer). Muon's Newton-Schulz matmuls are optimiser work, not
 # model FLOPs: its variant's MFU counts the model's FLOPs only, so the time they take shows as a lower MFU.
@@ -57,8 +58,15 @@ def peak_rss_mib() -> float:
 
 
 def training_throughput(
-    params: Params, steps: int = 20, warmup: int = 3, vocab_size: int = 8192, compile_variant: bool = True
+    params: Params,
+    steps: int = 20,
+    warmup: int = 3,
+    vocab_size: int = 8192,
+    compile_variant: bool = True,
+    bf16_native: bool | None = None,
 ) -> dict:
+    """Every variant's figures (``bf16_native``: whether bf16 matmuls run natively, None: this CPU's; where they
+    do not, the variants that compute in bf16 are not measured, with the reason)."""
     configure_torch(params.train.threads, compiled=compile_variant)
     peaks = gemm_peaks(*BENCH_GEMM)
     config = GPTConfig.from_params(params.model, vocab_size)
@@ -68,8 +76,12 @@ def training_throughput(
     results = {}
     profile: list[dict] = []  # stays empty when the default variant is not measured (compile with --skip-compile)
     matmul_ms_per_step = None
+    native = bf16_matmul_native() if bf16_native is None else bf16_native
     for name, (precision, compiled, optimizer_name) in VARIANTS.items():
         if compiled and not compile_variant:
+            continue
+        if not native and computes_in_bf16(precision, optimizer_name):
+            results[name] = {"not_measured": NOT_NATIVE, "optimizer": optimizer_name}
             continue
         torch.manual_seed(0)
         model = GPT(config)
@@ -108,6 +120,7 @@ def training_throughput(
     ceilings = {
         name: matmul_ceiling_gflops(config, micro_batch_tokens, dtype)
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+        if native or name == "fp32"
     }
     in_step = None
     if matmul_ms_per_step:
@@ -117,12 +130,13 @@ def training_throughput(
         in_step = {"gflops": round(gflops, 1), "of_peak": round(gflops / peak, 3), "ms_per_step": matmul_ms_per_step}
     base = results["eager fp32"]["tokens_per_s"]
     for result in results.values():
-        result["ratio_to_eager_fp32"] = round(result["tokens_per_s"] / base, 3)
+        if "tokens_per_s" in result:
+            result["ratio_to_eager_fp32"] = round(result["tokens_per_s"] / base, 3)
     return {
         "gemm_peak_gflops": peaks,
         # the model's own matmul shapes: the MFU that a step of nothing but its matmuls would reach
         "matmul_ceiling_gflops": {k: round(v, 1) for k, v in ceilings.items()},
-        "matmul_ceiling_mfu": {k: round(ceilings[k] / peaks[k], 3) for k in peaks},
+        "matmul_ceiling_mfu": {k: round(ceilings[k] / peaks[k], 3) for k in ceilings},
         # the same matmuls as they run inside the default step (profiled: transposed operands, cold caches)
         "in_step_matmul": in_step,
         "model": params.model.model_dump() | {"batch_size": params.train.batch_size},
