@@ -64,12 +64,12 @@ def serving_section(
     bf16_native: bool | None = None,
 ) -> dict:
     """Every row of the section (``model``: ModelParams fields, None for the defaults; the rest as named);
-    ``peer_requests`` timed calls per in-process row after one warm-up; ``precisions``: the engine's (None: each
-    serving precision that runs natively); ``bf16_native``: whether bf16 matmuls do (None: this CPU's) — where
+    ``peer_requests`` timed calls per in-process row after one warm-up; ``precisions``: the engine's (None: every
+    serving precision); ``bf16_native``: whether bf16 matmuls do (None: this CPU's) — where
     they do not, the bf16 rows are left out, with the reason."""
     native = machine.bf16_matmul_native() if bf16_native is None else bf16_native
-    if precisions is None:
-        precisions = tuple(p for p in PRECISIONS if native or p != "bf16")
+    left_out = () if native else ("bf16",)  # named as rows with the reason, never measured
+    precisions = tuple(p for p in (precisions or PRECISIONS) if p not in left_out)
     configure_torch(threads)
     dims = ModelParams(**(model or {})).model_dump()
     with tempfile.TemporaryDirectory(prefix="solomon-bench-serve-") as scratch:
@@ -82,9 +82,7 @@ def serving_section(
         batches = tuple(sorted({1, max(clients)}))
         hardware = roofline.hardware_limits(reference, batches, copy_mib, gemm)
         rows, kept = [], {}
-        rows += [
-            {"row": f"{ENGINE}, {p}", "batch": 1, "skipped": NOT_NATIVE} for p in PRECISIONS if p not in precisions
-        ]
+        rows += [{"row": f"{ENGINE}, {p}", "batch": 1, "skipped": NOT_NATIVE} for p in left_out]
         for precision in precisions:
             with random_model_server(tokenizer_path, threads, model, slots, precision) as server:
                 port = server.port
@@ -111,7 +109,7 @@ def serving_section(
         source = peers.unverified_source(reference, tokenizer_path, work / "export")
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
             peer = {"row": f"transformers GPT2LMHeadModel.generate, {name} (KV cache)", "precision": name}
-            if dtype == torch.bfloat16 and not native:
+            if name in left_out:
                 rows.append(peer | {"batch": 1, "skipped": NOT_NATIVE})
                 continue
             rows += [peer | row for row in peers.hf_rows(source, prompt_ids, max_tokens, peer_requests, batches, dtype)]
