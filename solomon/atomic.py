@@ -29,7 +29,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _nothing(stage: str) -> None:
+def no_crash(stage: str) -> None:
     pass
 
 
@@ -54,7 +54,7 @@ def glob_escape(name: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
-def write_with(path: str | Path, writer: Callable[[Path], None], crash_point: Callable[[str], None] = _nothing) -> None:
+def write_with(path: str | Path, writer: Callable[[Path], None], crash_point: Callable[[str], None] = no_crash) -> None:
     """Call ``writer(tmp_path)`` and move the finished file to ``path`` atomically. ``crash_point("written")``
     runs between the two (the test hooks kill the process there)."""
     path = Path(path)
@@ -75,11 +75,11 @@ def write_with(path: str | Path, writer: Callable[[Path], None], crash_point: Ca
         tmp.unlink(missing_ok=True)
 
 
-def write_bytes(path: str | Path, data: bytes, crash_point: Callable[[str], None] = _nothing) -> None:
+def write_bytes(path: str | Path, data: bytes, crash_point: Callable[[str], None] = no_crash) -> None:
     write_with(path, lambda tmp: tmp.write_bytes(data), crash_point)
 
 
-def write_text(path: str | Path, text: str, crash_point: Callable[[str], None] = _nothing) -> None:
+def write_text(path: str | Path, text: str, crash_point: Callable[[str], None] = no_crash) -> None:
     write_bytes(path, text.encode("utf-8"), crash_point)
 
 
@@ -88,12 +88,12 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def write_json(path: str | Path, obj: Any, crash_point: Callable[[str], None] = _nothing) -> None:
+def write_json(path: str | Path, obj: Any, crash_point: Callable[[str], None] = no_crash) -> None:
     write_text(path, canonical_json(obj), crash_point)
 
 
 @contextmanager
-def staged_dir(target: str | Path, crash_point: Callable[[str], None] = _nothing) -> Iterator[Path]:
+def staged_dir(target: str | Path, crash_point: Callable[[str], None] = no_crash) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``target``; on success it becomes ``target``.
 
     On any error the temporary directory is removed and ``target`` is left exactly as it was. A kill leaves at

@@ -129,6 +129,12 @@ class TokenizerParams(_Section):
     vocab_size: int = Param(8192, "byte-level BPE vocabulary size", ge=300, le=65536)
     min_frequency: PositiveInt = Param(2, "a pair merges only when seen at least this often")
     eod_token: str = Param("<|endoftext|>", "the special token that ends every document")
+    sample_bytes: PositiveInt = Param(
+        32_000_000,
+        "text the BPE is trained on: the train documents of smallest SHA256 that fit in this many UTF-8 bytes, "
+        "the same whatever the corpus's order or the machine (the KJV's 3.8 MB train split fits whole)",
+        before=2**62,
+    )
 
 
 class ModelParams(_Section):
@@ -361,6 +367,17 @@ class Params(_Section):
     report: ReportParams = ReportParams()
     tracking: TrackingParams = TrackingParams()
     promote: PromoteParams = PromoteParams()
+
+    @model_validator(mode="after")
+    def _cooldown_has_steps(self) -> Params:
+        # LrSchedule's rule, met here so that the check stage stops on it, not the train stage
+        if self.lr.cooldown and not round(self.lr.cooldown * self.train.max_steps):
+            raise ParamError(
+                "lr.cooldown",
+                f"lr.cooldown {self.lr.cooldown} of train.max_steps {self.train.max_steps} is no step: raise it to "
+                f"at least {1 / self.train.max_steps:.3g}, or set 0 for no cooldown",
+            )
+        return self
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:

@@ -2,8 +2,11 @@
 later stage (the same bytes while those values are).
 
 The first stage, so that a bad param or a broken corpus stops `dvc repro` / `dvc exp run` with one line before
-DVC deletes any other stage's outputs (it deletes a stage's outputs just before running that stage). It validates
-the whole params file and reads the corpus as the prepare stage will. Its command names each later stage with the
+any later stage runs. It validates the whole params file (cross-field rules included, so no later stage meets a
+params error) and the source's form without reading it all: its files exist and are readable, the first record of
+each JSON Lines file has the text field, each Parquet file has the columns, text files start as UTF-8. A fault
+further in is met by the prepare stage, which reads the corpus once; the data stages' outputs persist (dvc.yaml), so
+a failed stage leaves the previous ones in place. Its command names each later stage with the
 params dvc.yaml lists for it (written there by `solomon deps --write`, so a changed list reruns check). Each later
 stage depends on its own file here instead of on the params code: editing a meaning or a comment in
 solomon/params.py reruns this stage alone, while a change in what a stage is given reruns that stage.
@@ -12,7 +15,7 @@ solomon/params.py reruns this stage alone, while a change in what a stage is giv
 import argparse
 
 from solomon.atomic import write_json
-from solomon.data.corpus import prepare
+from solomon.data.sources import inspect, locate
 from solomon.errors import run_main
 from solomon.params import load_params
 from solomon.pipeline import selected, stage_and_params
@@ -30,7 +33,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     params = load_params()
-    prepare(params.corpus)  # every corpus error the prepare stage would meet, met here first
+    inspect(locate(params.corpus), params.corpus)
     for stage, names in args.stages:
         write_json(checked_params_path(stage), selected(params, names))
     print(f"check: {PARAMS_FILE} and corpus.source are valid; validated params for {len(args.stages)} stages")

@@ -1,9 +1,13 @@
-"""Stage prepare: read corpus.source, normalise, split → data/corpus/."""
+"""Stage prepare: read corpus.source as a stream, normalise, deduplicate, split → data/corpus/."""
 
 import argparse
+import os
 from pathlib import Path
 
-from solomon.data.corpus import prepare, write_prepared
+from solomon.data.corpus import prepare
+from solomon.data.hooks import crash_point
+from solomon.data.parallel import available_cores
+from solomon.data.progress import wanted
 from solomon.errors import run_main
 from solomon.params import load_params
 
@@ -11,11 +15,16 @@ from solomon.params import load_params
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--workers", type=int, default=available_cores(), help="worker processes (default: every core)")
     args = parser.parse_args()
-    params = load_params().corpus
-    corpus = prepare(params)
-    write_prepared(corpus, params, args.out_dir)
-    print(f"prepare: {corpus.summary(params)['documents']} documents → {args.out_dir}")
+    summary = prepare(
+        load_params().corpus,
+        args.out_dir,
+        workers=args.workers,
+        crash_point=crash_point(os.environ),
+        show_progress=wanted(os.environ),
+    )
+    print(f"prepare: {summary['documents']} documents → {args.out_dir}")
 
 
 if __name__ == "__main__":

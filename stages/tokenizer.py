@@ -1,8 +1,13 @@
-"""Stage tokenizer: train byte-level BPE on the train split, encode every split → data/tokenizer.json, data/tokens/."""
+"""Stage tokenizer: train byte-level BPE on a sample of the train split, encode every split → data/tokenizer.json,
+data/tokens/."""
 
 import argparse
+import os
 from pathlib import Path
 
+from solomon.data.hooks import crash_point
+from solomon.data.parallel import available_cores
+from solomon.data.progress import wanted
 from solomon.data.tokenizer import build
 from solomon.errors import run_main
 from solomon.params import load_params
@@ -13,10 +18,19 @@ def main() -> None:
     parser.add_argument("corpus_dir", type=Path)
     parser.add_argument("tokenizer_path", type=Path)
     parser.add_argument("tokens_dir", type=Path)
+    parser.add_argument("--workers", type=int, default=available_cores(), help="worker processes (default: every core)")
     args = parser.parse_args()
-    meta = build(args.corpus_dir, load_params().tokenizer, args.tokenizer_path, args.tokens_dir)
+    meta = build(
+        args.corpus_dir,
+        load_params().tokenizer,
+        args.tokenizer_path,
+        args.tokens_dir,
+        args.workers,
+        crash_point=crash_point(os.environ),
+        show_progress=wanted(os.environ),
+    )
     print(
-        f"tokenizer: vocab {meta['vocab_size']}, tokens "
+        f"tokenizer: vocab {meta['vocab_size']}, trained on {meta['sample']['documents']} documents, tokens "
         + ", ".join(f"{split} {info['tokens']}" for split, info in meta["splits"].items())
     )
 

@@ -70,6 +70,8 @@ ENVIRONMENT_DOORS = {
     "tools/scratch.py": "builds the environment a scratch pipeline's processes inherit",
     "train/launch.py": "torchrun's entry point (`python -m solomon.train.launch`): it turns off the agents' shared "
     "TCPStore for the workers (TORCH_DISABLE_SHARE_RDZV_TCP_STORE, pytorch/pytorch#135712) before the agent starts",
+    "data/tokenizer.py": "tokenizers takes its thread count only from TOKENIZERS_PARALLELISM: each encoding worker "
+    "process sets it, so the workers are the parallelism",
     "machine.py": "the kernel-selection variables torch read at start (ONEDNN_MAX_CPU_ISA, ...) are part of the "
     "machine record",
 }
@@ -105,7 +107,7 @@ def test_the_fingerprint_hashes_the_loop_import_closure() -> None:
 
     names = relative_names(closure(LOOP, exclude=NOT_CODE))
     assert "solomon/params.py" not in names  # its values are fingerprinted, not its text
-    for expected in ("solomon/train/loop.py", "solomon/model/gpt.py", "solomon/data/tokenizer.py",
+    for expected in ("solomon/train/loop.py", "solomon/model/gpt.py", "solomon/data/tokens.py",
                      "solomon/evaluation/heldout.py", "solomon/rng.py"):  # fmt: skip
         assert expected in names
     assert not [name for name in names if name.startswith("solomon/tracking/")]

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from solomon.data.tokenizer import token_byte_lengths, train_tokenizer
+from solomon.data.tokenizer import train_tokenizer
+from solomon.data.tokens import token_byte_lengths
 from solomon.errors import SolomonError
 from solomon.evaluation.calibration import ReliabilityBins, calibration_errors
 from solomon.evaluation.heldout import HeldOutScore, _windows, evaluate_tokens, predictions, spread_windows

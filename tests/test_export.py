@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from solomon.atomic import write_json
 from solomon.audit import manifest
-from solomon.data.tokenizer import load_tokenizer
+from solomon.data.tokens import load_tokenizer
 from solomon.export import record
 from solomon.export.check import verify_export
 from solomon.export.gguf_file import GGUF_FILE, export_gguf

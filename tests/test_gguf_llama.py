@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import latest_run_dir
 
-from solomon.data.tokenizer import load_tokenizer
+from solomon.data.tokens import load_tokenizer
 from solomon.export.gguf_file import export_gguf
 from solomon.model import weights
 from solomon.model.sampling import generate

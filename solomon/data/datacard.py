@@ -7,7 +7,7 @@ and every field left unset is marked as missing, never invented.
 
 from __future__ import annotations
 
-from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +15,9 @@ import yaml
 from tabulate import tabulate
 
 from solomon.atomic import canonical_json, write_text
-from solomon.data.corpus import SPLITS, read_split, read_summary
-from solomon.data.tokenizer import load_tokenizer, open_tokens, read_meta
+from solomon.data.corpus import SPLITS, read_row_group, read_summary, row_groups, split_file
+from solomon.data.parallel import available_cores
+from solomon.data.tokens import load_tokenizer, open_tokens, read_meta
 from solomon.hashing import sha256_file
 from solomon.params import CardParams, CorpusParams
 
@@ -84,42 +85,85 @@ def size_category(n: int) -> str:
     return "1M<n<10M" if n < 10_000_000 else "n>10M"
 
 
-def _length_stats(lengths: list[int]) -> dict:
-    if not lengths:
-        return {"count": 0}
-    arr = np.asarray(lengths)
-    return {
-        "count": int(arr.size),
-        "min": int(arr.min()),
-        "p10": int(np.percentile(arr, 10)),
-        "median": int(np.median(arr)),
-        "p90": int(np.percentile(arr, 90)),
-        "max": int(arr.max()),
-        "mean": round(float(arr.mean()), 1),
-    }
+class LengthCounts:
+    """Exact counts of each document length seen: memory grows with the number of distinct lengths (bounded by
+    the longest document), not with the number of documents, and every percentile stays exact."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+
+    def add(self, lengths: np.ndarray) -> None:
+        values, counts = np.unique(lengths, return_counts=True)
+        for value, count in zip(values.tolist(), counts.tolist(), strict=True):
+            self.counts[value] = self.counts.get(value, 0) + count
+
+    def stats(self) -> dict:
+        if not self.counts:
+            return {"count": 0}
+        values = np.array(sorted(self.counts), dtype=np.int64)
+        counts = np.array([self.counts[v] for v in values.tolist()], dtype=np.int64)
+        ends = np.cumsum(counts)  # the sorted lengths at ranks ends[i-1] .. ends[i]-1 all equal values[i]
+        n = int(ends[-1])
+
+        def at(rank: int) -> int:
+            return int(values[np.searchsorted(ends, rank, side="right")])
+
+        def percentile(q: float) -> float:  # numpy's default (linear) method
+            position = q / 100 * (n - 1)
+            low = int(np.floor(position))
+            return at(low) + (at(min(low + 1, n - 1)) - at(low)) * (position - low)
+
+        return {
+            "count": n,
+            "min": int(values[0]),
+            "p10": int(percentile(10)),
+            "median": int(percentile(50)),
+            "p90": int(percentile(90)),
+            "max": int(values[-1]),
+            "mean": round(float((values * counts).sum() / n), 1),
+        }
+
+
+TOKEN_BLOCK = 1 << 24  # tokens counted at a time
+
+
+def token_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for start in range(0, tokens.size, TOKEN_BLOCK):
+        counts += np.bincount(tokens[start : start + TOKEN_BLOCK], minlength=vocab_size)[:vocab_size]
+    return counts
 
 
 def compute_statistics(corpus_dir: Path, tokens_dir: Path, tokenizer_path: Path) -> dict:
+    """Every statistic from a stream over the prepared corpus's length column and the token files: exact at any
+    size, in memory that does not grow with the corpus. The files are hashed on threads (hashlib releases the GIL)."""
     summary = read_summary(corpus_dir)
     meta = read_meta(tokens_dir)
     tokenizer = load_tokenizer(tokenizer_path)
+    files = [split_file(corpus_dir, s) for s in SPLITS] + [tokens_dir / f"{s}.bin" for s in SPLITS] + [tokenizer_path]
+    with ThreadPoolExecutor(available_cores()) as pool:
+        hashes = dict(zip(files, pool.map(sha256_file, files), strict=True))
     splits = {}
     for split in SPLITS:
-        docs = read_split(corpus_dir, split)
+        lengths = LengthCounts()
+        for group in range(row_groups(corpus_dir, split)):
+            lengths.add(read_row_group(corpus_dir, split, group, ["chars"]).column("chars").to_numpy())
         splits[split] = {
-            "documents": len(docs),
-            "characters": sum(len(d["text"]) for d in docs),
+            "documents": summary["documents"][split],
+            "characters": summary["characters"][split],
             "bytes": meta["splits"][split]["bytes"],
             "tokens": meta["splits"][split]["tokens"],
             "bytes_per_token": meta["splits"][split]["bytes_per_token"],
-            "document_chars": _length_stats([len(d["text"]) for d in docs]),
-            "sha256_corpus": sha256_file(corpus_dir / f"{split}.jsonl"),
-            "sha256_tokens": sha256_file(tokens_dir / f"{split}.bin"),
+            "document_chars": lengths.stats(),
+            "sha256_corpus": hashes[split_file(corpus_dir, split)],
+            "sha256_tokens": hashes[tokens_dir / f"{split}.bin"],
         }
-    counts = Counter(open_tokens(tokens_dir, "train").tolist())
+    counts = token_counts(open_tokens(tokens_dir, "train"), meta["vocab_size"])
+    order = np.argsort(-counts, kind="stable")[:TOP_TOKENS]
     top = [
-        {"id": int(i), "token": tokenizer.decode([int(i)], skip_special_tokens=False), "count": int(c)}
-        for i, c in counts.most_common(TOP_TOKENS)
+        {"id": int(i), "token": tokenizer.decode([int(i)], skip_special_tokens=False), "count": int(counts[i])}
+        for i in order
+        if counts[i]
     ]
     read = summary["documents_read"]
     return {
@@ -133,10 +177,21 @@ def compute_statistics(corpus_dir: Path, tokens_dir: Path, tokenizer_path: Path)
         "tokenizer": {
             "vocab_size": meta["vocab_size"],
             "eod_token": meta["eod_token"],
-            "sha256": sha256_file(tokenizer_path),
+            "sha256": hashes[tokenizer_path],
+            "sample": meta["sample"],
         },
         "top_train_tokens": top,
     }
+
+
+def sample_line(stats: dict) -> str:
+    sample, train = stats["tokenizer"]["sample"], stats["splits"]["train"]
+    if sample["documents"] == train["documents"]:
+        return f"all {train['documents']} of its documents ({train['bytes']} bytes)"
+    return (
+        f"{sample['documents']} of its {train['documents']} documents ({sample['bytes']} of {train['bytes']} bytes), "
+        f"those of smallest SHA256 within tokenizer.sample_bytes {sample['budget_bytes']}"
+    )
 
 
 def card_fields(corpus: CorpusParams) -> dict:
@@ -190,7 +245,7 @@ def render_markdown(fields: dict, stats: dict) -> str:
     hash_rows = [[stats["source"]["spec"] + " (raw source)", stats["source"]["sha256"]]]
     for name, s in stats["splits"].items():
         hash_rows += [
-            [f"data/corpus/{name}.jsonl", s["sha256_corpus"]],
+            [f"data/corpus/{name}.parquet", s["sha256_corpus"]],
             [f"data/tokens/{name}.bin", s["sha256_tokens"]],
         ]
     hash_rows.append(["data/tokenizer.json", stats["tokenizer"]["sha256"]])
@@ -219,11 +274,12 @@ def render_markdown(fields: dict, stats: dict) -> str:
         "Unicode NFC; one newline style; control characters removed; runs of spaces and tabs folded to one "
         "space; lines trimmed; three or more newlines folded to a blank line. Documents: a chapter for the "
         "King James Bible (its verses, one per line, without verse numbers), a file for `.txt` sources, a line "
-        "for `.jsonl` sources. Exact duplicates (same normalised text) are kept once. Each document's split is "
+        "for JSON Lines sources, a row for Parquet sources. Exact duplicates (same normalised text) are kept once. "
+        "Each document's split is "
         f"a pure function of SHA256(salt `{split['salt']}`, SHA256 of its text): val {split['val']}, test "
         f"{split['test']}, train the rest, so adding documents never moves existing ones. The byte-level BPE "
         f"tokenizer ({stats['tokenizer']['vocab_size']} tokens, end-of-document token "
-        f"`{stats['tokenizer']['eod_token']}`) is trained on the train split only.\n",
+        f"`{stats['tokenizer']['eod_token']}`) is trained on the train split only: {sample_line(stats)}.\n",
         "## Uses\n\n"
         + _text(fields, "uses")
         + "\n\n"

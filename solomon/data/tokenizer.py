@@ -1,26 +1,38 @@
-"""Byte-level BPE (Hugging Face ``tokenizers``) trained on the train split, and split encoding to memmaps.
+"""Byte-level BPE (Hugging Face ``tokenizers``) trained on a bounded sample of the train split, and every split
+encoded to flat token files, a row group at a time on every core.
 
-Each split becomes ``<split>.bin``: the documents' token ids, each document followed by the end-of-document
-token, as a flat little-endian array (uint16 when the vocabulary fits) that ``numpy.memmap`` opens directly.
+The sample is the train documents in the order of their SHA256, up to the first that would pass
+``tokenizer.sample_bytes``: it depends on which documents there are, never on how they are stored or read. (The BPE
+trainer's result does not depend on the order it is fed: tests/test_tokenizer_sample.py.)
+
+Each split becomes ``<split>.bin``: the documents' token ids, each document followed by the end-of-document token,
+as a flat little-endian array (uint16 when the vocabulary fits) that ``numpy.memmap`` opens directly. It is
+appended to as row groups are encoded, in their order, so its bytes do not depend on the number of workers.
 """
 
 from __future__ import annotations
 
-import json
-from functools import cache
+import os
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from solomon.atomic import staged_dir, write_json, write_text
-from solomon.data.corpus import SPLITS, read_split
+from solomon.atomic import no_crash, staged_dir, write_json, write_text
+from solomon.data.corpus import SPLITS, row_groups, split_file
+from solomon.data.dedup import DIGEST
+from solomon.data.parallel import ordered_map
+from solomon.data.progress import progress_bar
+from solomon.data.tokens import META_FILE, token_dtype
+from solomon.errors import SolomonError
 from solomon.params import TokenizerParams
 
-META_FILE = "meta.json"
 
-
-def train_tokenizer(texts: list[str], params: TokenizerParams) -> Tokenizer:
+def new_trainer(params: TokenizerParams) -> tuple[Tokenizer, trainers.BpeTrainer]:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -31,52 +43,101 @@ def train_tokenizer(texts: list[str], params: TokenizerParams) -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
+    return tokenizer, trainer
+
+
+def train_tokenizer(texts, params: TokenizerParams) -> Tokenizer:
+    """Train on ``texts`` (any iterable of strings, consumed once)."""
+    tokenizer, trainer = new_trainer(params)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer
 
 
-def load_tokenizer(path: Path) -> Tokenizer:
-    return Tokenizer.from_file(str(path))
+# --- the training sample ---------------------------------------------------------------------------------------
 
 
-def token_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
+def sample_rows(corpus_dir: Path, budget: int) -> tuple[dict[int, np.ndarray], int, int]:
+    """The train documents of smallest SHA256 that fit in ``budget`` bytes, cut at the first that does not: {row
+    group: sorted row indices}, their count and their bytes. Reads only the digest and size columns, and keeps at
+    most the candidates that fit (plus one row group's)."""
+    parquet = pq.ParquetFile(split_file(corpus_dir, "train"))
+    keys = np.zeros(0, dtype=DIGEST)
+    sizes = np.zeros(0, dtype=np.int64)
+    where = np.zeros((0, 2), dtype=np.int64)
+    threshold: bytes | None = None  # once a document is cut, nothing from its key on can enter
+    for group in range(parquet.metadata.num_row_groups):
+        table = parquet.read_row_group(group, columns=["sha256", "bytes"])
+        batch_keys = np.array([bytes.fromhex(h) for h in table.column("sha256").to_pylist()], dtype=DIGEST)
+        batch_sizes = table.column("bytes").to_numpy()
+        rows = np.arange(batch_keys.size)
+        if threshold is not None:
+            inside = batch_keys < np.array(threshold, dtype=DIGEST)
+            batch_keys, batch_sizes, rows = batch_keys[inside], batch_sizes[inside], rows[inside]
+        keys = np.concatenate([keys, batch_keys])
+        sizes = np.concatenate([sizes, batch_sizes])
+        where = np.concatenate([where, np.stack([np.full(rows.size, group), rows], axis=1)])
+        if sizes.sum() > budget:
+            order = np.argsort(keys, kind="stable")
+            keys, sizes, where = keys[order], sizes[order], where[order]
+            fit = int(np.searchsorted(np.cumsum(sizes), budget, side="right"))
+            threshold = bytes(keys[fit])
+            keys, sizes, where = keys[:fit], sizes[:fit], where[:fit]
+    chosen: dict[int, np.ndarray] = {}
+    for group in np.unique(where[:, 0]):
+        chosen[int(group)] = np.sort(where[where[:, 0] == group, 1])
+    return chosen, int(keys.size), int(sizes.sum())
 
 
-def encode_documents(tokenizer: Tokenizer, texts: list[str], eod_id: int, dtype: np.dtype) -> np.ndarray:
-    encoded = tokenizer.encode_batch(texts, add_special_tokens=False)
-    pieces = [np.append(np.asarray(e.ids, dtype=np.int64), eod_id) for e in encoded]
-    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
-    return flat.astype(dtype)
+def sample_texts(corpus_dir: Path, chosen: dict[int, np.ndarray]) -> Iterator[str]:
+    parquet = pq.ParquetFile(split_file(corpus_dir, "train"))
+    for group in sorted(chosen):
+        texts = parquet.read_row_group(group, columns=["text"]).column("text")
+        yield from texts.take(chosen[group]).to_pylist()
+
+
+# --- encoding --------------------------------------------------------------------------------------------------
 
 
 @cache
-def _byte_level_decoder() -> dict[str, int]:
-    """The inverse of GPT-2's bytes→unicode table that byte-level BPE uses for its token strings."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: b for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = 256 + extra
-            extra += 1
-    return {chr(code): byte for byte, code in table.items()}
+def _tokenizer_from(json_text: str) -> Tokenizer:
+    return Tokenizer.from_str(json_text)
 
 
-def token_byte_lengths(tokenizer: Tokenizer) -> np.ndarray:
-    """UTF-8 bytes of text each token id stands for (special tokens: 0), for bits-per-byte."""
-    decoder = _byte_level_decoder()
-    special = {t.content for t in tokenizer.get_added_tokens_decoder().values()}
-    lengths = np.zeros(tokenizer.get_vocab_size(), dtype=np.int64)
-    for token, index in tokenizer.get_vocab().items():
-        lengths[index] = 0 if token in special else sum(1 for ch in token if ch in decoder)
-    return lengths
+def _one_thread_each() -> None:
+    """In a worker: the workers are the parallelism, so each encodes on one thread (no oversubscription)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
-def build(corpus_dir: Path, params: TokenizerParams, tokenizer_path: Path, tokens_dir: Path) -> dict:
-    """Train on the train split, encode every split, write tokenizer JSON and the token directory."""
-    docs = {split: read_split(corpus_dir, split) for split in SPLITS}
-    tokenizer = train_tokenizer([d["text"] for d in docs["train"]], params)
+def encode_row_group(task: tuple[Path, int], tokenizer_json: str, eod_id: int, dtype: str) -> tuple[bytes, int, int]:
+    """One row group's documents as token bytes (each followed by ``eod_id``), its document count and text bytes."""
+    path, group = task
+    table = pq.ParquetFile(path).read_row_group(group, columns=["text", "bytes"])
+    encoded = _tokenizer_from(tokenizer_json).encode_batch(table.column("text").to_pylist(), add_special_tokens=False)
+    ids = [e.ids for e in encoded]
+    for piece in ids:
+        piece.append(eod_id)
+    total = sum(len(piece) for piece in ids)
+    flat = np.fromiter((i for piece in ids for i in piece), dtype=np.dtype(dtype), count=total)
+    return flat.tobytes(), table.num_rows, int(table.column("bytes").to_numpy().sum())
+
+
+def build(
+    corpus_dir: Path,
+    params: TokenizerParams,
+    tokenizer_path: Path,
+    tokens_dir: Path,
+    workers: int = 1,
+    crash_point: Callable[[str], None] = no_crash,
+    show_progress: bool = False,
+) -> dict:
+    """Train on the sample, encode every split, write the tokenizer JSON and the token directory."""
+    chosen, sampled, sampled_bytes = sample_rows(corpus_dir, params.sample_bytes)
+    if not sampled:
+        raise SolomonError(
+            f"tokenizer.sample_bytes {params.sample_bytes} holds not one train document (the first in SHA256 order "
+            "is larger): raise it"
+        )
+    tokenizer = train_tokenizer(sample_texts(corpus_dir, chosen), params)
     eod_id = tokenizer.token_to_id(params.eod_token)
     dtype = token_dtype(tokenizer.get_vocab_size())
     meta: dict = {
@@ -84,32 +145,32 @@ def build(corpus_dir: Path, params: TokenizerParams, tokenizer_path: Path, token
         "vocab_size": tokenizer.get_vocab_size(),
         "eod_token": params.eod_token,
         "eod_id": eod_id,
+        "sample": {"documents": sampled, "bytes": sampled_bytes, "budget_bytes": params.sample_bytes},
         "splits": {},
     }
-    with staged_dir(tokens_dir) as tmp:
+    encode = partial(encode_row_group, tokenizer_json=tokenizer.to_str(), eod_id=eod_id, dtype=dtype.str)
+    tasks = [(split_file(corpus_dir, s), group) for s in SPLITS for group in range(row_groups(corpus_dir, s))]
+    documents = sum(pq.ParquetFile(split_file(corpus_dir, s)).metadata.num_rows for s in SPLITS)
+    counts = {split: {"documents": 0, "bytes": 0, "tokens": 0} for split in SPLITS}
+    with (
+        staged_dir(tokens_dir, crash_point) as tmp,
+        ExitStack() as files,
+        progress_bar("tokenizer", show=show_progress, total=documents, unit="doc") as bar,
+    ):
+        handles = {split: files.enter_context(open(tmp / f"{split}.bin", "wb")) for split in SPLITS}
+        results = ordered_map(encode, tasks, workers, initializer=_one_thread_each)
+        for (path, _), (data, n_documents, n_bytes) in zip(tasks, results, strict=True):
+            handles[path.stem].write(data)
+            c = counts[path.stem]
+            c["documents"] += n_documents
+            c["bytes"] += n_bytes
+            c["tokens"] += len(data) // dtype.itemsize
+            bar.advance_to(sum(c["documents"] for c in counts.values()))
+        files.close()
         for split in SPLITS:
-            texts = [d["text"] for d in docs[split]]
-            ids = encode_documents(tokenizer, texts, eod_id, dtype)
-            ids.tofile(tmp / f"{split}.bin")
-            n_bytes = sum(len(t.encode("utf-8")) for t in texts)
-            meta["splits"][split] = {
-                "documents": len(texts),
-                "bytes": n_bytes,
-                "tokens": int(ids.size),
-                "bytes_per_token": round(n_bytes / ids.size, 4) if ids.size else None,
-            }
+            c = counts[split]
+            c["bytes_per_token"] = round(c["bytes"] / c["tokens"], 4) if c["tokens"] else None
+            meta["splits"][split] = c
         write_json(tmp / META_FILE, meta)
         write_text(tokenizer_path, tokenizer.to_str(pretty=True) + "\n")
     return meta
-
-
-def read_meta(tokens_dir: Path) -> dict:
-    return json.loads((tokens_dir / META_FILE).read_text(encoding="utf-8"))
-
-
-def open_tokens(tokens_dir: Path, split: str) -> np.ndarray:
-    meta = read_meta(tokens_dir)
-    path = tokens_dir / f"{split}.bin"
-    if path.stat().st_size == 0:
-        return np.zeros(0, dtype=np.dtype(meta["dtype"]))
-    return np.memmap(path, dtype=np.dtype(meta["dtype"]), mode="r")

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from solomon.atomic import write_json
-from solomon.data.tokenizer import load_tokenizer, open_tokens, token_byte_lengths
+from solomon.data.tokens import load_tokenizer, open_tokens, token_byte_lengths
 from solomon.errors import SolomonError
 from solomon.evaluation.calibration import ReliabilityBins, calibration_errors
 from solomon.evaluation.heldout import HeldOutScore, predictions

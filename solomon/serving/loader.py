@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from solomon import __version__, records
 from solomon.audit.verify import require_verified, summary
-from solomon.data.tokenizer import load_tokenizer
+from solomon.data.tokens import load_tokenizer
 from solomon.model import weights
 from solomon.model.gpt import GPT
 from solomon.params import read_yaml

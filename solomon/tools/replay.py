@@ -27,7 +27,7 @@ import torch
 
 from solomon import records
 from solomon.audit.verify import require_verified
-from solomon.data.tokenizer import META_FILE, open_tokens, read_meta
+from solomon.data.tokens import META_FILE, open_tokens, read_meta
 from solomon.errors import SolomonError
 from solomon.machine import describe
 from solomon.params import load_params

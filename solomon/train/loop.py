@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from solomon.atomic import staged_dir, write_json
-from solomon.data.tokenizer import load_tokenizer, open_tokens, read_meta, token_byte_lengths
+from solomon.data.tokens import load_tokenizer, open_tokens, read_meta, token_byte_lengths
 from solomon.errors import SolomonError
 from solomon.machine import describe
 from solomon.model.gpt import GPT, GPTConfig

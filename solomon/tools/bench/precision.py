@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from solomon import records
-from solomon.data.tokenizer import load_tokenizer, open_tokens, token_byte_lengths
+from solomon.data.tokens import load_tokenizer, open_tokens, token_byte_lengths
 from solomon.errors import run_main
 from solomon.evaluation.evaluate import EVAL_SPLITS, SplitScores
 from solomon.evaluation.heldout import predictions

@@ -59,7 +59,7 @@ def serve_random_model(
     weights)."""
     from datetime import UTC, datetime
 
-    from solomon.data.tokenizer import load_tokenizer
+    from solomon.data.tokens import load_tokenizer
     from solomon.records import WEIGHTS
     from solomon.serving.loader import Served
     from solomon.serving.precision import in_precision

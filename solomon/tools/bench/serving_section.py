@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from solomon import machine
-from solomon.data.tokenizer import load_tokenizer
+from solomon.data.tokens import load_tokenizer
 from solomon.errors import SolomonError
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch

@@ -1,0 +1,53 @@
+"""An ordered map over worker processes with a bound on the work in flight: the data stages' use of every core.
+
+Results come back in the order of the items, so what a stage writes does not depend on the number of workers; at
+most ``in_flight`` items are read ahead, so memory does not grow with the input (``multiprocessing.Pool.imap``
+would read its whole input ahead when the workers fall behind).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def ordered_map(
+    function: Callable[[Item], Result],
+    items: Iterable[Item],
+    workers: int,
+    in_flight: int | None = None,
+    initializer: Callable[[], None] | None = None,
+) -> Iterator[Result]:
+    """``map(function, items)`` on ``workers`` processes (in this process when 1; ``initializer`` runs first in
+    each worker process). ``function`` and the items must pickle; an exception raised for an item is raised here,
+    in item order, and stops the workers."""
+    if workers <= 1:
+        yield from map(function, items)
+        return
+    limit = in_flight or 2 * workers + 1
+    # spawn, not fork: the stages run threads (progress bars, tokenizers' pool) that a fork would copy half-held.
+    # A worker that dies (killed, out of memory) fails the map with BrokenProcessPool rather than hanging it.
+    with ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), initializer) as pool:
+        pending: deque = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(function, item))
+                if len(pending) >= limit:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
