@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check multinode test-long serve browser helm plots-template bench soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check multinode test-long serve browser helm plots-template bench bench-data soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -100,6 +100,12 @@ pull: setup
 # A benchmark, not a test: prints a table and writes reports/bench/<time>.json (the train part needs `make run`).
 bench: setup
 	$(BIN)/solomon bench
+
+# The data stages on synthetic corpora of DATA_SIZES MB (deterministic): per stage MB/s and peak RSS, the scaling
+# exponents, and tokenizers' own encode_batch rate beside them (docs/performance.md). Minutes; not in `make test`.
+DATA_SIZES ?= 50,500,2000
+bench-data: setup
+	$(BIN)/python -m solomon.tools.bench.data --sizes $(DATA_SIZES)
 
 # SOAK_CLIENTS closed-loop clients against `make bench`'s served model on loopback for SOAK_SECONDS (defaults:
 # `solomon soak --help`): errors by kind, throughput, p50/p95 latency, the server's RSS at start,

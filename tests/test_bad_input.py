@@ -25,7 +25,7 @@ CASES = [
     (["corpus.source=../outside"], "'corpus.source': must name files inside the repository"),
     (["corpus.source=corpus/broken.jsonl"], "corpus/broken.jsonl line 2 is not valid JSON"),
     (["corpus.source=corpus/latin1.txt"], "corpus/latin1.txt is not UTF-8"),
-    (["corpus.source=corpus/nothing"], "corpus.source 'corpus/nothing' holds no .txt files"),
+    (["corpus.source=corpus/nothing"], "corpus.source 'corpus/nothing' holds no .txt, .jsonl or .parquet files"),
     (["corpus.source=corpus/two.jsonl"], "too small to split"),
 ]
 WATCHED = ("data", "models", "checkpoints", "reports")
@@ -67,9 +67,10 @@ def test_each_bad_override_stops_with_one_line_and_touches_no_output(workspace) 
 
 def test_valid_jsonl_with_raw_line_separators_in_its_strings_is_read_as_json_lines(tmp_path) -> None:
     """U+2028, U+2029 and U+0085 may stand raw inside a JSON string; only "\\n" ends a JSON Lines record."""
-    from solomon.data.corpus import read_jsonl
+    from solomon.data.sources import chunks, locate
+    from solomon.params import CorpusParams
 
-    path = tmp_path / "docs.jsonl"
-    path.write_text('{"text": "a\u2028b"}\n{"text": "c\u0085d\u2029e"}\r\n', encoding="utf-8")
-    source = read_jsonl(path, "text", None)
-    assert [d.id for d in source.documents] == ["docs.jsonl:1", "docs.jsonl:2"]
+    (tmp_path / "docs.jsonl").write_text('{"text": "a\u2028b"}\n{"text": "c\u0085d\u2029e"}\r\n', encoding="utf-8")
+    corpus = CorpusParams(source="docs.jsonl")
+    documents = [doc for chunk, _ in chunks(locate(corpus, tmp_path), corpus, tmp_path) for doc in chunk.documents()]
+    assert documents == [("docs.jsonl:1", "a\u2028b"), ("docs.jsonl:2", "c\u0085d\u2029e")]

@@ -50,7 +50,7 @@ CASES = {
     "jsonl without text field": ({"source": "corpus/docs.jsonl"}, "jsonl", "line 2 has no 'text' field"),
     "too small to split": ({"source": "corpus/tiny"}, "tiny", "is too small to split"),
     "kjv sha256 differs": ({"kjv_sha256": "0" * 64}, None, "not the pinned corpus.kjv_sha256"),
-    "no txt files": ({"source": "corpus/other"}, "other", "holds no .txt files"),
+    "no txt files": ({"source": "corpus/other"}, "other", "holds no .txt, .jsonl or .parquet files"),
     "glob matches nothing": ({"source": "corpus/*.md"}, None, "matches no files"),
 }
 

@@ -26,7 +26,7 @@ def run_dirs(repo: Path) -> list[str]:
 
 def test_full_repro_writes_every_output(built_repo: Path) -> None:
     for split in ("train", "val", "test"):
-        assert (built_repo / f"data/corpus/{split}.jsonl").stat().st_size > 0
+        assert (built_repo / f"data/corpus/{split}.parquet").stat().st_size > 0
         assert (built_repo / f"data/tokens/{split}.bin").stat().st_size > 0
     for path in (
         "data/tokenizer.json",
@@ -213,6 +213,7 @@ def test_bad_corpus_fails_dvc_repro_with_one_line(repo_copy: Path) -> None:
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: corpus.source")]
     assert errors == [
-        "error: corpus.source 'corpus/missing' does not exist: point corpus.source at a directory or glob of "
-        ".txt files, or a .jsonl file (or use 'kjv')"
+        "error: corpus.source 'corpus/missing' does not exist: point corpus.source at a directory or glob of .txt "
+        "files, a .jsonl / .jsonl.gz / .jsonl.zst file, or Parquet (a file or a directory of shards), under corpus/ "
+        "(or use 'kjv')"
     ], done.stderr

@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from solomon.atomic import no_crash, staged_dir, write_json
@@ -40,7 +41,7 @@ SCHEMA = pa.schema(
     [("id", pa.string()), ("sha256", pa.string()), ("text", pa.string()), ("chars", pa.int64()), ("bytes", pa.int64())]
 )
 COLUMNS = tuple(SCHEMA.names)
-ROW_GROUP_BYTES = 8 << 20  # text per row group: each later stage's unit of work
+ROW_GROUP_BYTES = 2 << 20  # text per row group: each later stage's unit of work, small enough to share out evenly
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": ["id"], "write_statistics": False}
 
 
@@ -57,61 +58,74 @@ def split_of(text_sha256: str, salt: str, val: float, test: float) -> str:
 
 @dataclass
 class Processed:
-    """A chunk's documents after normalisation: those long enough, with their digests and splits."""
+    """A chunk's documents after normalisation: those long enough as an Arrow batch (the columns of SCHEMA), with
+    their raw digests and splits; and how many were read and dropped as too short."""
 
-    ids: list[str] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    digests: list[bytes] = field(default_factory=list)
-    splits: list[int] = field(default_factory=list)
-    read: int = 0
-    too_short: int = 0
+    batch: pa.RecordBatch
+    digests: np.ndarray
+    splits: np.ndarray
+    read: int
+    too_short: int
 
 
 def process_chunk(chunk: Chunk, min_chars: int, split: SplitParams) -> Processed:
-    """Parse, normalise, hash and split one chunk (in a worker)."""
-    out = Processed()
+    """Parse, normalise, hash and split one chunk (in a worker), and build its Arrow columns there too: what
+    comes back to the main process is Arrow buffers, cheap to pickle and to filter."""
+    ids: list[str] = []
+    texts: list[str] = []
+    digests: list[bytes] = []
+    splits: list[int] = []
+    read = too_short = 0
     for doc_id, raw in chunk.documents():
-        out.read += 1
+        read += 1
         text = normalise(raw)
         if len(text) < min_chars:
-            out.too_short += 1
+            too_short += 1
             continue
         digest = hashlib.sha256(text.encode("utf-8")).digest()
-        out.ids.append(doc_id)
-        out.texts.append(text)
-        out.digests.append(digest)
-        out.splits.append(SPLITS.index(split_of(digest.hex(), split.salt, split.val, split.test)))
-    return out
+        ids.append(doc_id)
+        texts.append(text)
+        digests.append(digest)
+        splits.append(SPLITS.index(split_of(digest.hex(), split.salt, split.val, split.test)))
+    text_column = pa.array(texts, pa.string())
+    batch = pa.record_batch(
+        [
+            pa.array(ids, pa.string()),
+            pa.array([d.hex() for d in digests], pa.string()),
+            text_column,
+            pc.utf8_length(text_column).cast(pa.int64()),
+            pc.binary_length(text_column).cast(pa.int64()),
+        ],
+        schema=SCHEMA,
+    )
+    return Processed(batch, np.array(digests, dtype=DIGEST), np.array(splits, dtype=np.int8), read, too_short)
 
 
 class SplitWriter:
-    """One split's Parquet file, written a row group at a time."""
+    """One split's Parquet file, written a row group of about ROW_GROUP_BYTES of text at a time."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
         self.writer = pq.ParquetWriter(path, SCHEMA, **PARQUET_OPTIONS)
-        self.rows: dict[str, list] = {name: [] for name in COLUMNS}
-        self.pending = 0
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_bytes = 0
         self.documents = 0
         self.characters = 0
 
-    def add(self, doc_id: str, digest: bytes, text: str) -> None:
-        self.rows["id"].append(doc_id)
-        self.rows["sha256"].append(digest.hex())
-        self.rows["text"].append(text)
-        self.rows["chars"].append(len(text))
-        self.rows["bytes"].append(len(text.encode("utf-8")))
-        self.pending += len(text)
-        self.documents += 1
-        self.characters += len(text)
-        if self.pending >= ROW_GROUP_BYTES:
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
+        self.pending.append(batch)
+        self.pending_bytes += pc.sum(batch.column("bytes")).as_py()
+        self.documents += batch.num_rows
+        self.characters += pc.sum(batch.column("chars")).as_py()
+        if self.pending_bytes >= ROW_GROUP_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        if self.rows["id"]:
-            self.writer.write_table(pa.table(self.rows, schema=SCHEMA), row_group_size=len(self.rows["id"]))
-            self.rows = {name: [] for name in COLUMNS}
-            self.pending = 0
+        if self.pending:
+            table = pa.Table.from_batches(self.pending, schema=SCHEMA)
+            self.writer.write_table(table, row_group_size=table.num_rows)
+            self.pending, self.pending_bytes = [], 0
 
     def close(self) -> None:
         self.flush()
@@ -146,10 +160,10 @@ def prepare(
             for processed in ordered_map(work, items(), workers):
                 read += processed.read
                 too_short += processed.too_short
-                keep = seen.add_new(np.array(processed.digests, dtype=DIGEST))
+                keep = seen.add_new(processed.digests)
                 duplicates += int((~keep).sum())
-                for i in np.flatnonzero(keep):
-                    writers[SPLITS[processed.splits[i]]].add(processed.ids[i], processed.digests[i], processed.texts[i])
+                for index, name in enumerate(SPLITS):
+                    writers[name].add(processed.batch.filter(pa.array(keep & (processed.splits == index))))
                 bar.advance_to(positions.pop(0), documents=read)
         for writer in writers.values():
             writer.close()

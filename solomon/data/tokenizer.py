@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from functools import cache, partial
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -112,12 +113,13 @@ def encode_row_group(task: tuple[Path, int], tokenizer_json: str, eod_id: int, d
     """One row group's documents as token bytes (each followed by ``eod_id``), its document count and text bytes."""
     path, group = task
     table = pq.ParquetFile(path).read_row_group(group, columns=["text", "bytes"])
-    encoded = _tokenizer_from(tokenizer_json).encode_batch(table.column("text").to_pylist(), add_special_tokens=False)
+    tokenizer = _tokenizer_from(tokenizer_json)
+    encoded = tokenizer.encode_batch_fast(table.column("text").to_pylist(), add_special_tokens=False)
     ids = [e.ids for e in encoded]
     for piece in ids:
         piece.append(eod_id)
-    total = sum(len(piece) for piece in ids)
-    flat = np.fromiter((i for piece in ids for i in piece), dtype=np.dtype(dtype), count=total)
+    total = sum(map(len, ids))
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.dtype(dtype), count=total)
     return flat.tobytes(), table.num_rows, int(table.column("bytes").to_numpy().sum())
 
 
