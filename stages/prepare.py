@@ -21,7 +21,7 @@ def main() -> None:
         load_params().corpus,
         args.out_dir,
         workers=args.workers,
-        crash_point=crash_point(os.environ),
+        crash_point=crash_point(os.environ, "prepare"),
         show_progress=wanted(os.environ),
     )
     print(f"prepare: {summary['documents']} documents → {args.out_dir}")

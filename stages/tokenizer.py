@@ -26,7 +26,7 @@ def main() -> None:
         args.tokenizer_path,
         args.tokens_dir,
         args.workers,
-        crash_point=crash_point(os.environ),
+        crash_point=crash_point(os.environ, "tokenizer"),
         show_progress=wanted(os.environ),
     )
     print(

@@ -271,10 +271,44 @@ def _decompressed(raw: IO[bytes], path: Path) -> IO[bytes]:
     if name.endswith(".gz"):
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if name.endswith(".zst"):
+        return io.BufferedReader(_ZstdFrames(raw), buffer_size=1 << 20)
+    return raw
+
+
+class _ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a .zst file of one or more frames. Unlike zstandard's stream reader, which stops
+    quietly where its input stops, a file that ends inside a frame is an error (EOFError), never a silently short
+    corpus."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
         import zstandard  # only .zst sources need it
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=False))
-    return raw
+        self._raw = raw
+        self._new = zstandard.ZstdDecompressor().decompressobj
+        self._frame = self._new()
+        self._started = False  # bytes of the current frame have been fed
+        self._out = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._out:
+            block = self._raw.read(1 << 20)
+            if not block:
+                if self._started:
+                    raise EOFError("the file ends inside a zstd frame: it was cut short")
+                return 0
+            while block:
+                self._started = True
+                self._out += self._frame.decompress(block)
+                if not self._frame.eof:
+                    break
+                block, self._frame, self._started = self._frame.unused_data, self._new(), False
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
 
 
 def _decompression_errors() -> tuple[type[BaseException], ...]:

@@ -79,7 +79,7 @@ def run_measured(command: list[str], cwd: Path) -> tuple[float, int]:
             pass
         time.sleep(0.05)
     wall = time.perf_counter() - started
-    out, err = process.communicate()
+    _, err = process.communicate()
     if process.returncode:
         raise SystemExit(f"{' '.join(command)} failed: {err.decode()[-2000:]}")
     return wall, peak
