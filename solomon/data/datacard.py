@@ -17,7 +17,7 @@ from tabulate import tabulate
 from solomon.atomic import canonical_json, write_text
 from solomon.data.corpus import SPLITS, read_row_group, read_summary, row_groups, split_file
 from solomon.data.parallel import available_cores
-from solomon.data.tokens import load_tokenizer, open_tokens, read_meta
+from solomon.data.tokens import load_tokenizer, read_meta
 from solomon.hashing import sha256_file
 from solomon.params import CardParams, CorpusParams
 
@@ -127,10 +127,13 @@ class LengthCounts:
 TOKEN_BLOCK = 1 << 24  # tokens counted at a time
 
 
-def token_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+def token_counts(path: Path, dtype: np.dtype, vocab_size: int) -> np.ndarray:
+    """How often each token id occurs in a token file, read in blocks (not memory-mapped: a map's touched pages
+    would count as the stage's memory, growing with the file)."""
     counts = np.zeros(vocab_size, dtype=np.int64)
-    for start in range(0, tokens.size, TOKEN_BLOCK):
-        counts += np.bincount(tokens[start : start + TOKEN_BLOCK], minlength=vocab_size)[:vocab_size]
+    with open(path, "rb") as handle:
+        while (block := np.fromfile(handle, dtype=dtype, count=TOKEN_BLOCK)).size:
+            counts += np.bincount(block, minlength=vocab_size)[:vocab_size]
     return counts
 
 
@@ -158,7 +161,7 @@ def compute_statistics(corpus_dir: Path, tokens_dir: Path, tokenizer_path: Path)
             "sha256_corpus": hashes[split_file(corpus_dir, split)],
             "sha256_tokens": hashes[tokens_dir / f"{split}.bin"],
         }
-    counts = token_counts(open_tokens(tokens_dir, "train"), meta["vocab_size"])
+    counts = token_counts(tokens_dir / "train.bin", np.dtype(meta["dtype"]), meta["vocab_size"])
     order = np.argsort(-counts, kind="stable")[:TOP_TOKENS]
     top = [
         {"id": int(i), "token": tokenizer.decode([int(i)], skip_special_tokens=False), "count": int(counts[i])}
