@@ -133,7 +133,6 @@ class TokenizerParams(_Section):
         32_000_000,
         "text the BPE is trained on: the train documents of smallest SHA256 that fit in this many UTF-8 bytes, "
         "the same whatever the corpus's order or the machine (the KJV's 3.8 MB train split fits whole)",
-        before=2**62,
     )
 
 

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from solomon import records
-from solomon.data.corpus import source_files
+from solomon.data.sources import source_files
 from solomon.errors import run_main
 from solomon.params import load_params
 from solomon.records import RECORD_FILES, read_json

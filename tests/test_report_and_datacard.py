@@ -13,8 +13,8 @@ import yaml
 from conftest import latest_run_dir
 
 from solomon import records
-from solomon.data.corpus import source_files
 from solomon.data.datacard import card_fields, render_markdown
+from solomon.data.sources import source_files
 from solomon.errors import SolomonError
 from solomon.params import load_params
 from solomon.report.run import Provenance, create_run

