@@ -6,7 +6,6 @@ from pathlib import Path
 
 from solomon.data.corpus import prepare
 from solomon.data.hooks import crash_point
-from solomon.data.parallel import available_cores
 from solomon.data.progress import wanted
 from solomon.errors import run_main
 from solomon.params import load_params
@@ -15,8 +14,12 @@ from solomon.params import load_params
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("--workers", type=int, default=available_cores(), help="worker processes (default: every core)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default: every core, fewer for a small corpus)"
+    )
     args = parser.parse_args()
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers {args.workers}: give 1 or more (or leave it out for every core)")
     summary = prepare(
         load_params().corpus,
         args.out_dir,

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 from solomon.data.hooks import crash_point
-from solomon.data.parallel import available_cores
 from solomon.data.progress import wanted
 from solomon.data.tokenizer import build
 from solomon.errors import run_main
@@ -18,8 +17,12 @@ def main() -> None:
     parser.add_argument("corpus_dir", type=Path)
     parser.add_argument("tokenizer_path", type=Path)
     parser.add_argument("tokens_dir", type=Path)
-    parser.add_argument("--workers", type=int, default=available_cores(), help="worker processes (default: every core)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default: every core, fewer for a small corpus)"
+    )
     args = parser.parse_args()
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers {args.workers}: give 1 or more (or leave it out for every core)")
     meta = build(
         args.corpus_dir,
         load_params().tokenizer,

@@ -23,13 +23,14 @@ import yaml
 import zstandard
 from conftest import ROOT, tree_digest
 
+from lab.scratch import merge
 from solomon.data import corpus as corpus_module
 from solomon.data import sources
 from solomon.data import tokenizer as tokenizer_module
 from solomon.data.corpus import SPLITS, prepare, read_documents, split_of
+from solomon.data.parallel import pool_size
 from solomon.errors import SolomonError
 from solomon.params import CorpusParams, SplitParams, TokenizerParams
-from solomon.tools.scratch import merge
 
 # Wide val/test fractions: every split gets documents even from a corpus of a few dozen.
 SPLIT = SplitParams(val=0.2, test=0.2)
@@ -355,6 +356,18 @@ def test_one_worker_and_two_write_the_same_bytes(tmp_path: Path, monkeypatch: py
     tokens2 = file_digests(tmp_path / "tokenizer2.json", tmp_path / "tokens2")
     assert len(tokens1) == 5  # tokenizer.json, meta.json, train/val/test.bin
     assert list(tokens1.values()) == list(tokens2.values())
+
+
+def test_the_default_pool_grows_with_the_input_up_to_every_core() -> None:
+    """Left to choose, a stage starts no worker for a small input (its start costs more than the work) and one
+    per ``bytes_per_worker`` above that, never more than the cores; whatever it picks, the bytes are the same
+    (above)."""
+    assert pool_size(0, 4 << 20, cores=2) == 1
+    assert pool_size((8 << 20) - 1, 4 << 20, cores=2) == 1
+    assert pool_size(8 << 20, 4 << 20, cores=2) == 2
+    assert pool_size(10 << 30, 4 << 20, cores=2) == 2
+    assert pool_size(10 << 30, 4 << 20, cores=16) == 16
+    assert corpus_module.BYTES_PER_WORKER > tokenizer_module.BYTES_PER_WORKER  # encoding pays a worker sooner
 
 
 # --- 4. the tokenizer's sample ---------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from solomon.atomic import no_crash, staged_dir, write_json
 from solomon.data.dedup import DIGEST, DigestSet
 from solomon.data.normalise import normalise
-from solomon.data.parallel import ordered_map
+from solomon.data.parallel import ordered_map, pool_size
 from solomon.data.progress import progress_bar
 from solomon.data.sources import Chunk, chunks, locate
 from solomon.errors import SolomonError
@@ -42,6 +42,9 @@ SCHEMA = pa.schema(
 )
 COLUMNS = tuple(SCHEMA.names)
 ROW_GROUP_BYTES = 2 << 20  # text per row group: each later stage's unit of work, small enough to share out evenly
+# source (as stored) per worker below which a worker's start costs more than the work it takes over: reading,
+# normalising and hashing are fast beside starting an interpreter (docs/performance.md, the data stages)
+BYTES_PER_WORKER = 32 << 20
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": ["id"], "write_statistics": False}
 
 
@@ -136,13 +139,14 @@ def prepare(
     params: CorpusParams,
     out_dir: Path,
     root: Path = Path("."),
-    workers: int = 1,
+    workers: int | None = None,
     crash_point: Callable[[str], None] = no_crash,
     show_progress: bool = False,
 ) -> dict:
     """Read corpus.source, write ``out_dir/<split>.parquet`` and ``summary.json``; ``out_dir`` changes only if all
-    of it succeeds. Returns the summary."""
+    of it succeeds. ``workers`` defaults to what the source's size repays. Returns the summary."""
     spec = locate(params, root)
+    workers = workers or pool_size(spec.size(), BYTES_PER_WORKER)
     seen = DigestSet()
     read = duplicates = too_short = 0
     work = partial(process_chunk, min_chars=params.min_chars, split=params.split)
@@ -209,6 +213,11 @@ def split_file(corpus_dir: Path, split: str) -> Path:
 
 def row_groups(corpus_dir: Path, split: str) -> int:
     return pq.ParquetFile(split_file(corpus_dir, split)).metadata.num_row_groups
+
+
+def text_bytes(corpus_dir: Path, split: str) -> int:
+    """The split's text in UTF-8 bytes (from its sizes column alone)."""
+    return pc.sum(pq.read_table(split_file(corpus_dir, split), columns=["bytes"])["bytes"]).as_py() or 0
 
 
 def read_row_group(corpus_dir: Path, split: str, index: int, columns: list[str]) -> pa.Table:

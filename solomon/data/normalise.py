@@ -13,10 +13,11 @@ import sys
 import unicodedata
 
 # Every character that becomes a space: whitespace (as str.isspace and re's \s read it) and control characters
-# (category Cc), the newline aside. Derived from the running Python's Unicode tables, never listed by hand.
-_TO_SPACE = "".join(
-    c for c in map(chr, range(sys.maxunicode + 1)) if c != "\n" and (c.isspace() or unicodedata.category(c) == "Cc")
-)
+# (category Cc), the newline aside. Derived from the running Python's Unicode tables, never listed by hand; Cc is
+# looked for below U+0100 only because Unicode's stability policy fixes that category to U+0000-001F and U+007F-009F.
+_WHITESPACE = set(filter(str.isspace, map(chr, range(sys.maxunicode + 1))))
+_CONTROL = {c for c in map(chr, range(0x100)) if unicodedata.category(c) == "Cc"}
+_TO_SPACE = "".join(sorted((_WHITESPACE | _CONTROL) - {"\n"}))
 _NOT_SPACE = "[" + "".join(re.escape(c) for c in _TO_SPACE if c != " ") + "]"
 _FOLD_TEST = re.compile(_NOT_SPACE)  # no space is in it, so scanning for it is fast
 _FOLD = re.compile("[" + re.escape(_TO_SPACE) + "]{2,}|" + _NOT_SPACE)

@@ -23,6 +23,13 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def pool_size(work_bytes: int, bytes_per_worker: int, cores: int | None = None) -> int:
+    """Workers for ``work_bytes`` of input: every core, but at most one per ``bytes_per_worker`` (and at least one,
+    which runs in this process). A worker is a fresh interpreter importing the stage's libraries, which costs more
+    than a small input's whole work: the default corpus runs faster without a pool."""
+    return max(1, min(cores or available_cores(), work_bytes // bytes_per_worker))
+
+
 def ordered_map(
     function: Callable[[Item], Result],
     items: Iterable[Item],

@@ -24,13 +24,17 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from solomon.atomic import no_crash, staged_dir, write_json, write_text
-from solomon.data.corpus import SPLITS, row_groups, split_file
+from solomon.data.corpus import SPLITS, row_groups, split_file, text_bytes
 from solomon.data.dedup import DIGEST
-from solomon.data.parallel import ordered_map
+from solomon.data.parallel import ordered_map, pool_size
 from solomon.data.progress import progress_bar
 from solomon.data.tokens import META_FILE, token_dtype
 from solomon.errors import SolomonError
 from solomon.params import TokenizerParams
+
+# text per worker below which a worker's start costs more than the encoding it takes over (encoding is slower
+# than preparing, so a pool pays from a smaller input)
+BYTES_PER_WORKER = 4 << 20
 
 
 def new_trainer(params: TokenizerParams) -> tuple[Tokenizer, trainers.BpeTrainer]:
@@ -128,11 +132,12 @@ def build(
     params: TokenizerParams,
     tokenizer_path: Path,
     tokens_dir: Path,
-    workers: int = 1,
+    workers: int | None = None,
     crash_point: Callable[[str], None] = no_crash,
     show_progress: bool = False,
 ) -> dict:
-    """Train on the sample, encode every split, write the tokenizer JSON and the token directory."""
+    """Train on the sample, encode every split, write the tokenizer JSON and the token directory. ``workers``
+    defaults to what the corpus's size repays."""
     chosen, sampled, sampled_bytes = sample_rows(corpus_dir, params.sample_bytes)
     if not sampled:
         raise SolomonError(
@@ -153,6 +158,7 @@ def build(
     encode = partial(encode_row_group, tokenizer_json=tokenizer.to_str(), eod_id=eod_id, dtype=dtype.str)
     tasks = [(split_file(corpus_dir, s), group) for s in SPLITS for group in range(row_groups(corpus_dir, s))]
     documents = sum(pq.ParquetFile(split_file(corpus_dir, s)).metadata.num_rows for s in SPLITS)
+    workers = workers or pool_size(sum(text_bytes(corpus_dir, s) for s in SPLITS), BYTES_PER_WORKER)
     counts = {split: {"documents": 0, "bytes": 0, "tokens": 0} for split in SPLITS}
     with (
         staged_dir(tokens_dir, crash_point) as tmp,
