@@ -43,9 +43,9 @@ report: setup
 	$(BIN)/solomon report $(if $(RUN),--run $(RUN))
 
 # Redraw docs/*.md (commands, tables, charts) from the experiments' checked-in results; no training.
-# `solomon docs run [PAGE]` re-runs a page's experiments first (minutes per run on 2 cores).
+# `python -m lab docs run [PAGE]` re-runs a page's experiments first (minutes per run on 2 cores).
 docs: setup
-	$(BIN)/solomon docs render
+	$(BIN)/python -m lab docs render
 
 # The serving image of RUN (a run id or directory; default: the latest run), built by podman (docker where podman
 # is missing): .ci/build-image verifies the run here, gathers the context (code, run files, the lock's wheelhouse)
@@ -99,31 +99,31 @@ pull: setup
 
 # A benchmark, not a test: prints a table and writes reports/bench/<time>.json (the train part needs `make run`).
 bench: setup
-	$(BIN)/solomon bench
+	$(BIN)/python -m lab bench
 
 # The data stages on synthetic corpora of DATA_SIZES MB (deterministic): per stage MB/s and peak RSS, the scaling
 # exponents, and tokenizers' own encode_batch rate beside them (docs/performance.md). Minutes; not in `make test`.
 DATA_SIZES ?= 50,500,2000
 bench-data: setup
-	$(BIN)/python -m solomon.tools.bench.data --sizes $(DATA_SIZES)
+	$(BIN)/python -m lab.bench.data --sizes $(DATA_SIZES)
 
 # SOAK_CLIENTS closed-loop clients against `make bench`'s served model on loopback for SOAK_SECONDS (defaults:
-# `solomon soak --help`): errors by kind, throughput, p50/p95 latency, the server's RSS at start,
+# `python -m lab soak --help`): errors by kind, throughput, p50/p95 latency, the server's RSS at start,
 # middle and end; exits non-zero on any error or on RSS growth above the bound (docs/serving.md). Not in `make test`.
 SOAK_SECONDS ?=
 SOAK_CLIENTS ?=
 soak: setup
-	$(BIN)/solomon soak $(if $(SOAK_SECONDS),--seconds $(SOAK_SECONDS)) $(if $(SOAK_CLIENTS),--clients $(SOAK_CLIENTS))
+	$(BIN)/python -m lab soak $(if $(SOAK_SECONDS),--seconds $(SOAK_SECONDS)) $(if $(SOAK_CLIENTS),--clients $(SOAK_CLIENTS))
 
 # N trials of random SIGKILLs of `dvc repro` (tiny config, scratch copy), each compared byte for byte: prints k/N.
 N ?= 20
 chaos: setup
-	$(BIN)/solomon chaos --trials $(N)
+	$(BIN)/python -m lab chaos --trials $(N)
 
 # SMOKE_RUN_DIR=<dir>: keep the smoke run's report directory there (CI's job artifact).
 SMOKE_RUN_DIR ?=
 smoke: setup
-	$(BIN)/solomon smoke $(if $(SMOKE_RUN_DIR),--keep-run $(SMOKE_RUN_DIR))
+	$(BIN)/python -m lab smoke $(if $(SMOKE_RUN_DIR),--keep-run $(SMOKE_RUN_DIR))
 
 # The tiny config of `make smoke`, but here: a DVC experiment in this workspace (about a minute; needs a git commit).
 # It prints where its run directory is and how to go back to the committed params and outputs.
@@ -132,9 +132,9 @@ try: setup
 
 # The experiments side by side for review: only the params that differ and the results (metrics.json,
 # train_metrics.json); no dependency hashes, timings or bookkeeping. The command is EXP_SHOW in
-# solomon/tools/experiments/runner.py (the docs' tables use it too).
+# lab/experiments/runner.py (the docs' tables use it too).
 exps: setup
-	@$(BIN)/python -c 'import os; from solomon.tools.experiments.runner import EXP_SHOW; os.execvp(EXP_SHOW[0], EXP_SHOW)'
+	@$(BIN)/python -c 'import os; from lab.experiments.runner import EXP_SHOW; os.execvp(EXP_SHOW[0], EXP_SHOW)'
 
 # `dvc plots show/diff` offline: Vega, Vega-Lite and vega-embed inlined into a template (pinned, hash-checked,
 # from the npm registry), named in .dvc/config.local; without npm or the registry DVC's CDN page stays the default.

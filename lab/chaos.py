@@ -4,7 +4,7 @@ uninterrupted run.
 In a scratch copy of the pipeline (tiny config), one uninterrupted ``dvc repro`` is the reference. Each trial
 then starts the training run over (``checkpoints/`` and ``models/`` removed), kills the whole ``dvc repro``
 process group with SIGKILL 1–3 times at random moments, repairs ``dvc.lock`` if a kill hit DVC's own write of
-it (``solomon.tools.dvc_lock``, as ``make run`` does), runs ``dvc repro`` to the end, and compares the model,
+it (``solomon.dvc_lock``, as ``make run`` does), runs ``dvc repro`` to the end, and compares the model,
 the step log (all columns but the wall-clock ``tokens_per_s``), the evaluation log and the held-out metrics
 with the reference. The moments are drawn from a seeded generator, so a failing trial can be replayed.
 """
@@ -20,13 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from lab.scratch import make_scratch_repo
 from solomon import records
+from solomon.dvc_lock import repair_lock
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
-from solomon.pipeline import dvc_executable
+from solomon.pipeline import dvc_executable, pipeline_env
 from solomon.records import DETERMINISTIC_COLUMNS
-from solomon.tools.dvc_lock import repair_lock
-from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, pipeline_env
+from solomon.tiny import TINY_OVERRIDES
 
 MAX_KILLS = 3
 

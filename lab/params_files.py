@@ -1,6 +1,6 @@
 """params.yaml and docs/params.md written from the params models, which own every key's default, bounds and meaning.
 
-``solomon params --write`` renders both; ``solomon params --check`` (and a test) says when either is stale.
+``python -m lab params --write`` renders both; ``python -m lab params --check`` (and a test) says when either is stale.
 params.yaml keeps the values it holds (a user's edits, ``dvc exp run -S``): only its comments, its key order and
 any key it leaves out come from the models. The committed params.yaml holds the defaults.
 """
@@ -30,8 +30,8 @@ COMMENT_COLUMN = 25  # params.yaml's comments start here when the line leaves ro
 
 YAML_HEADER = """\
 # Solomon parameters, one section per stage: the values of this run. Each key's default, bounds and meaning are
-# declared once, in solomon/params.py; `solomon params --write` renders this file's comments and docs/params.md from
-# there (values kept). Unknown keys and bad values are errors. Override one for an experiment: dvc exp run -S key=v.
+# declared once, in solomon/params.py; `python -m lab params --write` renders this file's comments and docs/params.md
+# from there (values kept). Unknown keys and bad values are errors. Override one in an experiment: dvc exp run -S k=v.
 """
 
 DOC_HEADER = """\
@@ -39,7 +39,7 @@ DOC_HEADER = """\
 
 `params.yaml` has one section per stage and holds the default run's values. Every key's type, default, bounds and
 meaning are declared once, beside its validator, in `solomon/params.py`; this page and params.yaml's comments are
-written from there by `solomon params --write` (a test fails when either is stale). An unknown key or a bad value
+written from there by `python -m lab params --write` (a test fails when either is stale). An unknown key or a bad value
 is an error, not a default (`error: bad params.yaml: unknown key 'lr.warmpu' …`). Each stage declares in `dvc.yaml`
 the params it reads, so changing a key reruns only the stages named in its section's heading below, and those after
 them. Override any key for one experiment with `dvc exp run -S key=value`.

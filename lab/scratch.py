@@ -8,34 +8,25 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from solomon.params import read_yaml
-from solomon.pipeline import dvc_executable
+from solomon.pipeline import dvc_executable, pipeline_env, run
 from solomon.records import PARAMS_FILE
 
+LAB_ROOT = Path(__file__).resolve().parents[1]  # the checkout that holds lab/
 # The pipeline's own files; data/, models/ and reports/ are produced in the copy.
 PIPELINE_FILES = ("dvc.yaml", PARAMS_FILE, "requirements.lock", "stages", "solomon", "corpus", ".dvcignore")
 
-TINY_OVERRIDES: dict = {
-    "tokenizer": {"vocab_size": 512},
-    "model": {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 32},
-    "train": {
-        "max_steps": 30,
-        "batch_size": 8,
-        "threads": 1,
-        "eval_interval": 10,
-        "eval_tokens": 1024,
-        "ckpt_interval": 10,
-        "samples": {"max_new_tokens": 8},
-    },
-    "lr": {"warmup": 20},
-    "eval": {"max_tokens": 4096, "batch_size": 16, "threads": 1},
-}
+
+def lab_env() -> dict[str, str]:
+    """``pipeline_env()`` with the repository root importable, so a child process runs lab code (``python -m lab``,
+    ``-c "from lab..."``) from any directory: the lab is not installed with the product."""
+    env = pipeline_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LAB_ROOT), env.get("PYTHONPATH")]))
+    return env
 
 
 def merge(base: dict, overrides: dict) -> dict:
@@ -43,19 +34,6 @@ def merge(base: dict, overrides: dict) -> dict:
     for key, value in overrides.items():
         merged[key] = merge(merged.get(key) or {}, value) if isinstance(value, dict) else value
     return merged
-
-
-def pipeline_env() -> dict[str, str]:
-    """Environment for DVC and the stages: this interpreter's bin first, no analytics, one thread per process."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["DVC_NO_ANALYTICS"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
-
-
-def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, env=pipeline_env(), capture_output=True, text=True, check=check)
 
 
 def write_params(repo: Path, overrides: dict) -> None:

@@ -1,7 +1,7 @@
 """``make soak``: closed-loop clients against a served model on loopback for a while, then what a long run shows and a
 short one hides: every error by kind, throughput, p50/p95 latency and the server's resident memory over time.
 
-The model is ``make bench``'s serving one (``solomon.tools.bench.serving``: the default size, random weights, the
+The model is ``make bench``'s serving one (``lab.bench.serving``: the default size, random weights, the
 real serving stack). Each client sends its next completion as soon as the last is answered, until the time is up.
 Resident memory (VmRSS of /proc/<pid>/status) is sampled at the start (a tenth of the way in, past the warm-up's
 first allocations), the middle and the end; the soak fails on any error, or when the end's is more than
@@ -40,7 +40,7 @@ def soak(
     """Run the soak; its figures (errors by kind, latencies' percentiles, RSS samples in MiB)."""
     import tempfile  # below: torch, not for `solomon --help`
 
-    from solomon.tools.bench.serving import ask, bench_tokenizer, percentile, random_model_server
+    from lab.bench.serving import ask, bench_tokenizer, percentile, random_model_server
 
     latencies: list[float] = []
     errors: Counter[str] = Counter()

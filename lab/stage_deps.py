@@ -1,4 +1,4 @@
-"""dvc.yaml's code dependencies, written from each stage script's import closure (``solomon deps --write``).
+"""dvc.yaml's code dependencies, written from each stage script's import closure (``python -m lab deps --write``).
 
 A stage depends on the package modules its script runs, found by reading imports (solomon.imports), never listed
 by hand; a test fails when dvc.yaml is not what this writes. Two deliberate exceptions:

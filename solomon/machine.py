@@ -71,8 +71,8 @@ def cpu_model() -> str:
 def bf16_matmul_native() -> bool:
     """Whether this CPU runs bf16 matmuls in oneDNN's own kernels (AMX, AVX-512 BF16, AVX-512 BW/VL/DQ or
     AVX-NE-CONVERT): torch's own test of the requirement its packed bf16 linear layers state. Without them (an
-    AVX2-only CPU such as AMD Zen 3) a bf16 matmul falls back to a scalar path: measured on one, 0.9 GFLOP/s
-    against 150 in fp32 on 2 threads — correct, but the default bf16 run's step took 145 s there instead of ~1.5."""
+    AVX2-only CPU such as AMD Zen 3) a bf16 matmul falls back to a scalar path, orders of magnitude slower than
+    fp32: correct, but the default bf16 run unusable (docs/training.md, "Machine kinds", has the figures)."""
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     return bool(check is not None and torch.backends.mkldnn.is_available() and check())
 
@@ -143,11 +143,11 @@ def square_operands(n: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Ten
 
 
 def gemm_peak_gflops(dtype: torch.dtype, n: int = 1024, repeats: int = 3, budget_s: float = 1.0) -> float:
-    """GFLOP/s of an ``n``×``n`` square matmul in ``dtype`` at this process's thread count. The defaults take well
-    under a second for both precisions where the CPU has kernels for them (measured: 0.4 s on 2 threads); ``make
-    bench`` passes larger ones. Where the products would outlast ``budget_s`` (bf16 on a CPU without native bf16
-    matmuls: 2.4 s a 1024² product), ``n`` shrinks to fit, as a 256² probe's rate predicts: a slow path's rate
-    hardly depends on the size, and the train stage measures this as it starts."""
+    """GFLOP/s of an ``n``×``n`` square matmul in ``dtype`` at this process's thread count. The defaults are sized
+    to take well under ``budget_s`` for both precisions where the CPU has kernels for them, since the train stage
+    measures this as it starts; ``make bench`` passes larger ones. Where the products would outlast ``budget_s``
+    (bf16 on a CPU without native bf16 matmuls, where one 1024² product alone does: docs/training.md), ``n`` shrinks
+    to fit, as a 256² probe's rate predicts: a slow path's rate hardly depends on the size."""
     probe = min(n, 256)
     a, b = square_operands(probe, dtype)
     a @ b  # the first call pays for thread start-up and kernel selection

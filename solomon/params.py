@@ -27,7 +27,7 @@ Fraction = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 def Param(default: Any = ..., meaning: str = "", before: Any = ..., **constraints: Any) -> Any:
     """One parameter: its default, its bounds and its one-line meaning, declared together. The meaning is what
-    params.yaml's comment and docs/params.md say (``solomon params --write`` renders both). ``before``, where the
+    params.yaml's comment and docs/params.md say (``python -m lab params --write`` renders both). ``before``, where the
     default has moved since the param was added: what the code did before it existed, so a record made then
     (without the key) ran as this value (``before_values``)."""
     extra = {} if before is ... else {"json_schema_extra": {"before": before}}
@@ -207,7 +207,8 @@ class TrainParams(_Section):
     seed: int = Param(1337, "the seed every named random stream derives from")
     max_steps: PositiveInt = Param(
         1900,
-        "optimiser steps (about 56 min on the Zen 4 kind at its 1.757 s a step); lower it on slower hosts",
+        "optimiser steps; the default is sized to train in about an hour (docs/reference-run.md gives the time a "
+        "step on each host kind); lower it on slower hosts",
     )
     batch_size: PositiveInt = Param(16, "sequences per optimiser step, across micro-batches and ranks")
     accum_steps: PositiveInt = Param(

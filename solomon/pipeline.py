@@ -6,8 +6,10 @@ check stage, the code-dependency writer, bench and the tests read them from here
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,21 @@ def dvc_executable() -> str:
     """The dvc this interpreter installed (the project's .venv), else the one on PATH: every tool runs this one."""
     beside = Path(sys.executable).parent / "dvc"
     return str(beside) if beside.is_file() else shutil.which("dvc") or "dvc"
+
+
+def pipeline_env() -> dict[str, str]:
+    """Environment for DVC and the stages it runs: this interpreter's bin first, no analytics, one thread per
+    process."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["DVC_NO_ANALYTICS"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """``args`` in ``cwd`` under ``pipeline_env()``, output captured as text."""
+    return subprocess.run(args, cwd=cwd, env=pipeline_env(), capture_output=True, text=True, check=check)
 
 
 def stages(repo: Path) -> dict[str, dict]:

@@ -11,9 +11,10 @@ def configure_torch(threads: int, compiled: bool = False) -> None:
     if compiled:
         torch.use_deterministic_algorithms(True)  # also sets inductor's flag for the kernels it generates
     else:
-        # The public call imports torch._inductor (1.0 s of every stage's start, measured) only to set that flag.
+        # The public call imports torch._inductor (a noticeable part of every stage's start: docs/performance.md)
+        # only to set that flag.
         torch._C._set_deterministic_algorithms(True)
     # Deterministic mode also fills every new tensor with NaN to expose reads of uninitialised memory: an extra
-    # memory pass per allocation (10-15 % of a profiled bf16 step's CPU time). No kernel we use reads memory it
-    # did not write, and the resume tests compare bytes, so that debugging aid is off.
+    # memory pass per allocation (a visible share of a profiled bf16 step: docs/performance.md). No kernel we use
+    # reads memory it did not write, and the resume tests compare bytes, so that debugging aid is off.
     torch.utils.deterministic.fill_uninitialized_memory = False

@@ -7,7 +7,7 @@ params error) and the source's form without reading it all: its files exist and 
 each JSON Lines file has the text field, each Parquet file has the columns, text files start as UTF-8. A fault
 further in is met by the prepare stage, which reads the corpus once; the data stages' outputs persist (dvc.yaml), so
 a failed stage leaves the previous ones in place. Its command names each later stage with the
-params dvc.yaml lists for it (written there by `solomon deps --write`, so a changed list reruns check). Each later
+params dvc.yaml lists for it (written there by `python -m lab deps --write`, so a changed list reruns check). Each later
 stage depends on its own file here instead of on the params code: editing a meaning or a comment in
 solomon/params.py reruns this stage alone, while a change in what a stage is given reruns that stage.
 """

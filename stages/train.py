@@ -16,9 +16,10 @@ from solomon.errors import run_main
 from solomon.machine import describe, gemm_peaks
 from solomon.params import load_params
 from solomon.runtime import configure_torch
-from solomon.train.distributed import RESTART_COUNT_ENV, ProcessGroup
+from solomon.train.distributed import ProcessGroup
 from solomon.train.hooks import Hooks
 from solomon.train.loop import TrainPaths, train
+from solomon.train.recorder import Recorder
 
 
 def relaunch_under_torchrun(nproc: int) -> None:
@@ -46,9 +47,7 @@ def main() -> None:
     parser.add_argument(
         "--run-record", type=Path, help="where to write the run's timings and environment (default: beside metrics)"
     )
-    parser.add_argument(
-        "--no-gemm-peak", action="store_true", help="do not measure the host's GEMM peak (under a second) at the start"
-    )
+    parser.add_argument("--no-gemm-peak", action="store_true", help="do not measure the host's GEMM peak at the start")
     args = parser.parse_args()
     paths = TrainPaths(**{k: v for k, v in vars(args).items() if k not in ("fresh", "no_gemm_peak")})
     params = load_params()
@@ -65,8 +64,10 @@ def main() -> None:
         configure_torch(params.train.threads, compiled=params.train.compile)  # the peak at training's thread count
         peaks = gemm_peaks()
     try:
-        hooks, restart = Hooks.from_environment(os.environ), int(os.environ.get(RESTART_COUNT_ENV, "0"))
-        metrics = train(params, paths, args.fresh, tracker, group, hooks, describe(), restart, peaks)
+        # What the run record says of this process (its machine, its GEMM peak), with the tracker and the test hooks:
+        # rank 0 records through it, the other ranks hold it silent.
+        recorder = Recorder(tracker, Hooks.from_environment(os.environ), describe(), peaks)
+        metrics = train(params, paths, args.fresh, group, recorder)
     finally:
         group.close()
     if group.is_main:

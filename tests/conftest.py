@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,14 +21,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab.scratch import make_scratch_repo, merge
 from solomon.params import read_yaml
-from solomon.pipeline import dvc_executable, stage_command
+from solomon.pipeline import dvc_executable, pipeline_env, run, stage_command
 from solomon.records import PARAMS_FILE, STEP_LOG, TOKENIZER, TOKENS_DIR
-from solomon.tools.scratch import TINY_OVERRIDES, make_scratch_repo, merge, pipeline_env, run
+from solomon.tiny import TINY_OVERRIDES
 from solomon.train import hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC = dvc_executable()
+LAB = [sys.executable, "-m", "lab"]  # the development tooling's command (lab/cli.py), run anywhere under lab_env()
+
 
 # One thread per process: torch with two threads beside another busy process slows down badly.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -193,8 +197,8 @@ def repo_copy(built_repo: Path, tmp_path: Path) -> Path:
 def tiny_run(built_repo: Path, tmp_path: Path):
     """Build (params, TrainPaths) for an in-process training run on the tiny pipeline's tokens."""
 
+    from lab.scratch import merge
     from solomon.params import Params
-    from solomon.tools.scratch import merge
     from solomon.train.loop import TrainPaths
 
     def make(overrides: dict | None = None, out: Path | None = None):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import wait_until
 
-from solomon.tools.scratch import pipeline_env
+from solomon.pipeline import pipeline_env
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 PROMPT = "In the beginning"

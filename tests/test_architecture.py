@@ -20,10 +20,11 @@ FLOORS = (
     ("tracking", "solomon.tracking"),
     ("audit", "solomon.audit"),
     ("report", "solomon.report"),  # writes the run directory and its manifest
+    ("replay", "solomon.replay"),  # re-executes a verified run's stretch: audit and training together
     ("serving", "solomon.serving"),
     ("export", "solomon.export"),  # Hugging Face and GGUF exports of a verified run, and their verification
-    ("tools", "solomon.tools"),
 )
+LAB = "lab"  # the development tooling beside the product package: it may import the product, never the reverse
 TOP = "solomon.cli"  # the command line (a package of command modules) sits above every floor
 
 
@@ -52,6 +53,15 @@ def test_imports_run_downward(path: Path) -> None:
     assert not upward, f"{here} (floor {FLOORS[min(floor_of(here), len(FLOORS) - 1)][0]}) imports upward: {upward}"
 
 
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE_DIR).as_posix())
+def test_the_product_never_imports_the_lab(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    names += [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
+    lab = sorted(name for name in names if name.split(".")[0] == LAB)
+    assert not lab, f"{module_name(path)} imports the development tooling: {lab}"
+
+
 def test_the_audit_tracking_and_report_code_never_reaches_the_training_package() -> None:
     for package in ("report", "audit", "tracking", "serving", "export"):
         for path in (PACKAGE_DIR / package).glob("*.py"):
@@ -61,13 +71,13 @@ def test_the_audit_tracking_and_report_code_never_reaches_the_training_package()
 
 # Library code reads no environment variable: entry points (the `solomon` command, the stage scripts) read them
 # and pass what they mean in (Hooks.from_environment(os.environ), ProcessGroup.from_environment(n, os.environ),
-# LiveTracker(retry_s=...), requirements(environ=...), Source(hold_until=...)). These modules are the exceptions,
+# LiveTracker(retry_s=...), requirements(environ=...), serve(hooks=...)). These modules are the exceptions,
 # each for its reason:
 ENVIRONMENT_DOORS = {
     "tracking/store.py": "MLflow is configured by its environment (MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME, its "
     "HTTP retries) and DVC tells a stage its experiment the same way: the one door where tracking reads and sets it",
     "tracking/server.py": "builds the environment of the `mlflow server` child process",
-    "tools/scratch.py": "builds the environment a scratch pipeline's processes inherit",
+    "pipeline.py": "builds the environment DVC and the stages it runs inherit",
     "train/launch.py": "torchrun's entry point (`python -m solomon.train.launch`): it turns off the agents' shared "
     "TCPStore for the workers (TORCH_DISABLE_SHARE_RDZV_TCP_STORE, pytorch/pytorch#135712) before the agent starts",
     "data/tokenizer.py": "tokenizers takes its thread count only from TOKENIZERS_PARALLELISM: each encoding worker "
@@ -122,10 +132,10 @@ def test_closure_follows_lazy_imports_and_parent_packages(tmp_path: Path) -> Non
 
 
 def test_dvc_yaml_code_deps_are_what_solomon_deps_writes() -> None:
-    """Each stage's code deps are its script's import closure (solomon/tools/stage_deps.py): never edited by hand."""
-    from solomon.tools import stage_deps
+    """Each stage's code deps are its script's import closure (lab/stage_deps.py): never edited by hand."""
+    from lab import stage_deps
 
-    assert stage_deps.is_fresh(PACKAGE_DIR.parent), "dvc.yaml's code deps are stale: run `solomon deps --write`"
+    assert stage_deps.is_fresh(PACKAGE_DIR.parent), "dvc.yaml's code deps are stale: run `python -m lab deps --write`"
 
 
 def test_stages_after_check_depend_on_their_checked_params_not_on_the_params_code() -> None:
@@ -165,7 +175,7 @@ def test_importing_the_chart_and_docs_code_changes_no_global_matplotlib_state() 
         "import sys, matplotlib\n"
         "snapshot = lambda: {key: dict.__getitem__(matplotlib.rcParams, key) for key in matplotlib.rcParams.keys()}\n"
         "before = snapshot()\n"
-        "import solomon.report.charts, solomon.tools.experiments.render, solomon.tools.experiments.runner\n"
+        "import solomon.report.charts, lab.experiments.render, lab.experiments.runner\n"
         "assert snapshot() == before, sorted(k for k, v in snapshot().items() if before[k] != v)\n"
         "assert 'matplotlib.pyplot' not in sys.modules\n"
     )

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from conftest import DVC, tree_digest
 
-from solomon.tools.scratch import pipeline_env
+from solomon.pipeline import pipeline_env
 
 # (-S overrides, a fragment of the one error line)
 CASES = [

@@ -1,4 +1,4 @@
-"""`solomon bench` end to end on the tiny pipeline: every figure is there and sane (a benchmark: no timings are
+"""`python -m lab bench` end to end on the tiny pipeline: every figure is there and sane (a benchmark: no timings are
 asserted, and the compiled variant stays out of the suite)."""
 
 from __future__ import annotations
@@ -6,21 +6,22 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+from conftest import LAB
+
+from lab.bench import NOT_NATIVE
+from lab.bench.report import format_throughput
+from lab.bench.throughput import MATMUL_OPS, training_throughput
+from lab.scratch import lab_env
 from solomon.machine import bf16_matmul_native
 from solomon.params import PARAMS_FILE, Params, read_yaml
-from solomon.tools.bench import NOT_NATIVE
-from solomon.tools.bench.report import format_throughput
-from solomon.tools.bench.throughput import MATMUL_OPS, training_throughput
-from solomon.tools.scratch import pipeline_env
 
 
 def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) -> None:
     done = subprocess.run(
         [
-            str(Path(sys.executable).parent / "solomon"),
+            *LAB,
             "bench",
             "--steps",
             "2",
@@ -31,7 +32,7 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
             "0",  # the serving section at tiny scale: tests/test_bench_serving.py
         ],
         cwd=repo_copy,
-        env=pipeline_env(),
+        env=lab_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -84,7 +85,7 @@ def _assert_bf16_left_out(throughput: dict, text: str) -> None:
 def test_without_native_bf16_the_bench_leaves_out_what_computes_in_bf16_and_says_why(repo_copy: Path) -> None:
     """On any host: the bench told bf16 matmuls are not native (an AVX2-only CPU, where a bf16 step of the
     default model takes minutes) measures fp32 alone and names the rest, rather than running for hours."""
-    from solomon.tools.bench.stage import stage_overheads
+    from lab.bench.stage import stage_overheads
 
     params = Params.model_validate(read_yaml(repo_copy / PARAMS_FILE))
     throughput = training_throughput(params, steps=1, warmup=1, compile_variant=False, bf16_native=False)

@@ -1,4 +1,4 @@
-"""The serving section of `solomon bench` at tiny scale: every row there, on the same weights, every figure
+"""The serving section of `python -m lab bench` at tiny scale: every row there, on the same weights, every figure
 positive and no errors (a benchmark: no time is asserted); and `--only` / `--serving-clients` on the command line."""
 
 from __future__ import annotations
@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 import numbers
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import LAB
 
+from lab.bench import NOT_NATIVE
+from lab.bench import SERVING_CLIENTS as CLIENTS
+from lab.bench.serving_section import ENGINE, format_serving, serving_section
+from lab.scratch import lab_env
 from solomon.machine import bf16_matmul_native
 from solomon.serving.limits import PRECISIONS
-from solomon.tools.bench import NOT_NATIVE
-from solomon.tools.bench import SERVING_CLIENTS as CLIENTS
-from solomon.tools.bench.serving_section import ENGINE, format_serving, serving_section
-from solomon.tools.scratch import pipeline_env
 
 TINY = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 64}
 
@@ -76,8 +76,8 @@ def test_the_serving_section_runs_every_row_side_by_side(tmp_path: Path, monkeyp
 
 
 def _bench(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [str(Path(sys.executable).parent / "solomon"), "bench", "--out", str(cwd / "out"), *args]
-    return subprocess.run(command, cwd=cwd, env=pipeline_env(), capture_output=True, text=True, timeout=300)
+    command = [*LAB, "bench", "--out", str(cwd / "out"), *args]
+    return subprocess.run(command, cwd=cwd, env=lab_env(), capture_output=True, text=True, timeout=300)
 
 
 def test_bench_only_measures_the_parts_named_and_refuses_bad_client_counts(tmp_path: Path) -> None:

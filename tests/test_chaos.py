@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.long]  # about 90 s
 
 
 def test_random_kills_of_dvc_repro_resume_to_the_same_bytes() -> None:
-    from solomon.tools.chaos import chaos
+    from lab.chaos import chaos
 
     lines: list[str] = []
     result = chaos(ROOT, trials=2, seed=7, report=lines.append)

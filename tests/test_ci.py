@@ -16,7 +16,8 @@ import yaml
 from conftest import ROOT, dvc, flip_last_byte, latest_run_dir
 from mlflow.tracking import MlflowClient
 
-from solomon.tools.scratch import pipeline_env, write_params
+from lab.scratch import write_params
+from solomon.pipeline import pipeline_env
 
 BIN = Path(sys.executable).parent
 CI_FILE = ROOT / ".gitlab-ci.yml"

@@ -16,15 +16,18 @@ import pytest
 import yaml
 from conftest import ROOT, dvc
 
+from lab.cli import build_parser as lab_parser
+from lab.cli import main as lab_main
+from lab.scratch import merge
 from solomon.cli import build_parser, main
 from solomon.cli.arguments import RUN_ENV, RUN_HELP, run_directory
 from solomon.cli.serve import SEED_LINE
 from solomon.errors import SolomonError
 from solomon.params import Params, flatten, load_params
+from solomon.pipeline import pipeline_env
 from solomon.records import LATEST, PARAMS_FILE
 from solomon.serving.limits import Limits
-from solomon.tools.scratch import TINY_OVERRIDES, merge, pipeline_env
-from solomon.tools.smoke import try_arguments, try_in_workspace
+from solomon.tiny import TINY_OVERRIDES, try_arguments, try_in_workspace
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 # Every command that acts on one run; a new one belongs here (and gets the same run arguments).
@@ -105,7 +108,6 @@ def test_building_the_parser_imports_neither_torch_nor_mlflow() -> None:
         (["generate", "--prompt", "a", "--seed", str(2**63)], f"--seed: {2**63} is not between 0 and {2**63 - 1}"),
         (["generate", "--prompt", "a", "--temperature", "x"], "argument --temperature: 'x' is not a number"),
         (["generate", "--prompt", "a", "--temperature", "1e-300"], "--temperature: 1e-300 is not at least 0.01"),
-        (["chaos", "--trials", "0"], "argument --trials: 0 is not at least 1"),
     ],
 )
 def test_a_number_out_of_bounds_is_refused_in_one_line_naming_the_bound(args, refusal, capsys) -> None:
@@ -113,6 +115,13 @@ def test_a_number_out_of_bounds_is_refused_in_one_line_naming_the_bound(args, re
         build_parser().parse_args(args)
     assert refused.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(refusal)
+
+
+def test_a_lab_command_refuses_a_number_out_of_bounds_in_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as refused:
+        lab_parser().parse_args(["chaos", "--trials", "0"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("argument --trials: 0 is not at least 1")
 
 
 @pytest.fixture
@@ -303,20 +312,22 @@ def test_try_runs_the_tiny_config_as_an_experiment_in_the_workspace(repo_copy: P
 
 
 def test_params_and_deps_say_whether_the_written_files_are_fresh_and_write_them(tmp_path: Path, capsys) -> None:
-    """`solomon params` / `solomon deps` check by default (exit 1 naming the stale file and the command that
+    """`python -m lab params` / `python -m lab deps` check by default (exit 1 naming the stale file and the command that
     writes it), and --write renders it; the repository itself is fresh."""
     import shutil
 
-    main(["params", "--root", str(ROOT)])
-    main(["deps", "--root", str(ROOT)])
+    lab_main(["params", "--root", str(ROOT)])
+    lab_main(["deps", "--root", str(ROOT)])
     assert capsys.readouterr().out == "params: fresh\ndeps: fresh\n"
     for name in ("params.yaml", "dvc.yaml"):
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "docs").mkdir()
     text = (tmp_path / "params.yaml").read_text(encoding="utf-8")
     (tmp_path / "params.yaml").write_text(text.replace("# Transformer blocks", "# stale"), encoding="utf-8")
-    with pytest.raises(SystemExit, match=r"params: stale params.yaml, docs/params.md: run `solomon params --write`"):
-        main(["params", "--root", str(tmp_path)])
-    main(["params", "--root", str(tmp_path), "--write"])
-    main(["params", "--root", str(tmp_path)])
+    with pytest.raises(
+        SystemExit, match=r"params: stale params.yaml, docs/params.md: run `python -m lab params --write`"
+    ):
+        lab_main(["params", "--root", str(tmp_path)])
+    lab_main(["params", "--root", str(tmp_path), "--write"])
+    lab_main(["params", "--root", str(tmp_path)])
     assert capsys.readouterr().out.splitlines()[-1] == "params: fresh"

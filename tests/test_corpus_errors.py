@@ -11,7 +11,7 @@ import pytest
 import yaml
 from conftest import ROOT, tree_digest
 
-from solomon.tools.scratch import merge
+from lab.scratch import merge
 
 
 def run_prepare(workdir: Path, corpus_overrides: dict) -> subprocess.CompletedProcess:

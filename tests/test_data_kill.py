@@ -13,10 +13,11 @@ import pytest
 import yaml
 from conftest import DVC, tree_digest
 
+from lab.bench.data import synthetic_corpus
+from lab.scratch import merge
 from solomon.data.hooks import CRASH_AT, CRASH_POINTS
 from solomon.params import read_yaml
-from solomon.tools.bench.data import synthetic_corpus
-from solomon.tools.scratch import merge, pipeline_env
+from solomon.pipeline import pipeline_env
 
 pytestmark = pytest.mark.slow
 DATA_STAGES = ("check", "prepare", "tokenizer", "datacard")

@@ -13,9 +13,9 @@ from conftest import ROOT
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from lab import params_files
 from solomon.model.gpt import GPTConfig
 from solomon.params import ModelParams, Params, flatten, load_params, read_yaml
-from solomon.tools import params_files
 
 CONFIG_KEYS = ["vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias"]  # config.json, in order
 
@@ -23,7 +23,7 @@ CONFIG_KEYS = ["vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropo
 def test_params_yaml_and_its_docs_page_are_rendered_from_the_models() -> None:
     """Each key's default, bounds and meaning have one owner (solomon/params.py); params.yaml's comments and
     docs/params.md are written from it."""
-    assert params_files.stale(ROOT) == [], "run `solomon params --write`"
+    assert params_files.stale(ROOT) == [], "run `python -m lab params --write`"
 
 
 def test_the_committed_params_yaml_holds_the_defaults() -> None:

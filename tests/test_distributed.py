@@ -14,8 +14,9 @@ import pytest
 import yaml
 from conftest import DVC, digest, dvc, logged_steps, run_train, start_train, wait_for_steps, workdir
 
+from lab.scratch import merge
+from solomon.pipeline import pipeline_env
 from solomon.records import STEP_LOG, TRAIN_METRICS
-from solomon.tools.scratch import merge, pipeline_env
 
 TWO_RANKS = {"train": {"nproc": 2, "accum_steps": 1, "threads": 1}}
 ONE_RANK_ACCUM_2 = {"train": {"nproc": 1, "accum_steps": 2, "threads": 1}}

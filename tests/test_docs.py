@@ -11,13 +11,13 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from lab.experiments.render import END, START, render_page, replace_block
+from lab.experiments.results import MEASURED, THEN_LOG, data_dir, read_results, stale_runs
+from lab.experiments.runner import run_page
+from lab.experiments.spec import SPEC, commands, default_values, load_spec, read_params, run_entry
 from solomon.errors import SolomonError
 from solomon.params import flatten
-from solomon.tools.experiments.render import END, START, render_page, replace_block
-from solomon.tools.experiments.results import MEASURED, THEN_LOG, data_dir, read_results, stale_runs
-from solomon.tools.experiments.runner import run_page
-from solomon.tools.experiments.spec import SPEC, commands, default_values, load_spec, read_params, run_entry
-from solomon.tools.scratch import TINY_OVERRIDES
+from solomon.tiny import TINY_OVERRIDES
 
 
 def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """A docs page with ``queue: true``: its runs are queued with ``dvc exp run --queue`` and run by one
-``dvc exp run --run-all`` (the commands; the real queue runs in `solomon docs run sweep`)."""
+``dvc exp run --run-all`` (the commands; the real queue runs in `python -m lab docs run sweep`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from lab.experiments.spec import RUN_QUEUE, SPEC, all_commands, default_values, load_spec, queued
 from solomon.errors import SolomonError
-from solomon.tools.experiments.spec import RUN_QUEUE, SPEC, all_commands, default_values, load_spec, queued
 
 DEFAULTS = {"params.lr.warmup": 200, "params.lr.peak": 0.001, "params.train.max_steps": 4000}
 

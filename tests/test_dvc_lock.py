@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from solomon.tools.dvc_lock import lock_problem, repair_lock
+from solomon.dvc_lock import lock_problem, repair_lock
 
 LOCK = "schema: '2.0'\nstages:\n  check:\n    cmd: python stages/check.py data/checked.json\n"
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
+from lab.bench.precision import precision_scores
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.model.sampling import generate
 from solomon.serving.engine import Engine, Sequence
 from solomon.serving.precision import in_precision
-from solomon.tools.bench.precision import precision_scores
 
 BLOCK = 16
 

@@ -16,10 +16,11 @@ from conftest import ROOT, dvc, tree_digest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from lab.experiments.runner import EXP_SHOW
+from lab.scratch import write_params
 from solomon.params import flatten, load_params
+from solomon.pipeline import pipeline_env, run
 from solomon.records import LATEST, METRICS, PARAMS_FILE, TRAIN_METRICS, RunFiles
-from solomon.tools.experiments.runner import EXP_SHOW
-from solomon.tools.scratch import pipeline_env, run, write_params
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 # Written into a run directory after the report stage made it, by `solomon promote` and `solomon sign`.

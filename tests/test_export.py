@@ -15,6 +15,7 @@ import yaml
 from conftest import dvc, flip_last_byte, latest_run_dir, one_line_refusal, rehash_export, tree_digest
 from safetensors.torch import load_file, save_file
 
+from lab.scratch import write_params
 from solomon.atomic import write_json
 from solomon.audit import manifest
 from solomon.data.tokens import load_tokenizer
@@ -27,7 +28,6 @@ from solomon.export.mlflow_model import export_mlflow
 from solomon.model import weights
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.model.sampling import generate
-from solomon.tools.scratch import write_params
 
 PROMPTS = ("In the beginning", "And the LORD said unto Moses", "Blessed are")
 torch.set_num_threads(1)
@@ -245,7 +245,7 @@ def test_the_commands_export_verify_and_refuse_a_tampered_export_in_one_line(rep
     import subprocess
     import sys
 
-    from solomon.tools.scratch import pipeline_env
+    from solomon.pipeline import pipeline_env
 
     solomon = str(Path(sys.executable).parent / "solomon")
 

@@ -66,6 +66,7 @@ def test_a_run_that_fails_while_it_finishes_is_failed_in_mlflow(tiny_run, tmp_pa
     from solomon.tracking.live import LiveTracker
     from solomon.tracking.store import RUN_ID_TAG, tracking_uri
     from solomon.train.loop import train
+    from solomon.train.recorder import Recorder
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # the embedded store in tmp_path
     params, paths = tiny_run({"train": {"max_steps": 10}})
@@ -73,7 +74,7 @@ def test_a_run_that_fails_while_it_finishes_is_failed_in_mlflow(tiny_run, tmp_pa
     blocker.write_text("")
     paths = dataclasses.replace(paths, model_dir=blocker / "models")  # the model's directory cannot be made
     with pytest.raises(OSError):
-        train(params, paths, fresh=True, tracker=LiveTracker(params, tmp_path))
+        train(params, paths, fresh=True, recorder=Recorder(LiveTracker(params, tmp_path)))
     client = MlflowClient(tracking_uri(tmp_path))
     [run] = client.search_runs([client.get_experiment_by_name("solomon").experiment_id])
     assert run.data.tags[RUN_ID_TAG] and [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]

@@ -14,10 +14,11 @@ from pathlib import Path
 import yaml
 from conftest import flip_last_byte, latest_run_dir
 
+from lab.scratch import write_params
 from solomon.audit import manifest
 from solomon.hashing import sha256_file
+from solomon.pipeline import pipeline_env
 from solomon.records import RunFiles
-from solomon.tools.scratch import pipeline_env, write_params
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 

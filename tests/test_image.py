@@ -16,7 +16,7 @@ from pathlib import Path
 from conftest import ROOT, flip_last_byte, latest_run_dir
 from serve_helpers import free_port, request, wait
 
-from solomon.tools.scratch import pipeline_env
+from solomon.pipeline import pipeline_env
 
 BIN = Path(sys.executable).parent
 DOCKERFILE = (ROOT / "Dockerfile").read_text()

@@ -23,7 +23,8 @@ import pytest
 from conftest import ROOT, flip_last_byte, latest_run_dir
 from serve_helpers import free_port, request
 
-from solomon.tools.scratch import pipeline_env, write_params
+from lab.scratch import write_params
+from solomon.pipeline import pipeline_env
 
 BUILD = [sys.executable, str(ROOT / ".ci/build-image")]
 SOLOMON = str(Path(sys.executable).parent / "solomon")

@@ -14,10 +14,11 @@ from pathlib import Path
 from conftest import dvc, flip_last_byte, latest_run_dir
 from serve_helpers import SOLOMON, request, start, stop, wait
 
+from lab.scratch import write_params
 from solomon.export.gguf_file import export_gguf
 from solomon.export.hf import export_hf
 from solomon.export.lineage import export_lineage
-from solomon.tools.scratch import pipeline_env, write_params
+from solomon.pipeline import pipeline_env
 
 # The tiny model is far above the default promote.max; any later run is allowed to become the champion.
 POLICY = {"promote": {"max": {"test.bits_per_byte": 8.0}, "tolerance": 0.99}}

@@ -24,8 +24,8 @@ import pytest
 from conftest import ROOT, digest, run_train, train_args, wait_until, workdir
 from netns import TwoHosts, leftover_namespaces, unavailable, worker_pid
 
+from solomon.pipeline import pipeline_env
 from solomon.records import STEP_LOG
-from solomon.tools.scratch import pipeline_env
 from solomon.train.distributed import torchrun_command
 from solomon.train.hooks import pause_environment
 

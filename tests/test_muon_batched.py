@@ -80,7 +80,7 @@ def test_a_checkpoint_of_either_muon_loads_into_the_other() -> None:
 
 
 def test_train_optimizer_muon_keeps_torchs_the_bench_picks_either_and_non_matrices_are_refused() -> None:
-    """torch's stays the default (BatchedMuon's step measured slower: solomon/tools/bench/muon.py)."""
+    """torch's stays the default (BatchedMuon's step measured slower: lab/bench/muon.py)."""
     torch.manual_seed(0)
     model = GPT(CONFIG)
     assert type(build_optimizer(model, TrainParams(optimizer="muon"), 1e-3).muon) is torch.optim.Muon

@@ -1,6 +1,6 @@
 """The nanoGPT comparison's own parts: a nanoGPT checkpoint maps onto Solomon's GPT tensor for tensor, a checkout
 that is not nanoGPT at the pinned commit is refused, and docs/nanogpt.md is what its data renders to. (Running
-nanoGPT needs its checkout, which CI cannot fetch: `solomon docs nanogpt --checkout DIR` does, docs/nanogpt.md.)"""
+nanoGPT needs its checkout, which CI cannot fetch: `python -m lab docs nanogpt --checkout DIR`, docs/nanogpt.md.)"""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import torch
 from conftest import ROOT
 
+from lab.nanogpt import page
+from lab.nanogpt.run import COMMIT, FILES, RENAMES, check_checkout, to_solomon
 from solomon.errors import SolomonError
 from solomon.model.gpt import GPT, GPTConfig
-from solomon.tools.nanogpt import page
-from solomon.tools.nanogpt.run import COMMIT, FILES, RENAMES, check_checkout, to_solomon
 
 
 def _as_nanogpt(model: GPT) -> dict:
@@ -59,7 +59,7 @@ def test_only_nanogpt_at_the_pinned_commit_with_its_files_unchanged_is_accepted(
 
 def test_the_nanogpt_page_is_what_its_data_renders_to(tmp_path: Path) -> None:
     docs = shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    assert page.render(docs) is not None, "docs/nanogpt/data/nanogpt.json is missing: run `solomon docs nanogpt`"
+    assert page.render(docs) is not None, "docs/nanogpt/data/nanogpt.json is missing: run `python -m lab docs nanogpt`"
     assert (docs / "nanogpt.md").read_bytes() == (ROOT / "docs" / "nanogpt.md").read_bytes()
     assert (docs / "nanogpt" / "val_loss.png").read_bytes() == (ROOT / "docs" / "nanogpt" / "val_loss.png").read_bytes()
 

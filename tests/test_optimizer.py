@@ -11,10 +11,10 @@ import torch
 import yaml
 from conftest import ROOT
 
+from lab.scratch import merge
 from solomon.errors import SolomonError
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import TrainParams, load_params
-from solomon.tools.scratch import merge
 from solomon.train.optimizer import MuonWithAdamW, build_optimizer, hidden_matrices
 from solomon.train.step import autocast_for, train_step
 

@@ -8,9 +8,9 @@ import pytest
 import yaml
 from conftest import ROOT
 
+from lab.scratch import merge
 from solomon.errors import SolomonError
 from solomon.params import load_params
-from solomon.tools.scratch import merge
 
 
 def write(tmp_path: Path, overrides: dict) -> Path:
@@ -57,9 +57,11 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
 
 def test_cli_rejects_bad_flags_with_one_line(tmp_path: Path) -> None:
     import subprocess
-    import sys
 
-    solomon = str(Path(sys.executable).parent / "solomon")
-    done = subprocess.run([solomon, "bench", "--steps", "0"], capture_output=True, text=True)
+    from conftest import LAB
+
+    from lab.scratch import lab_env
+
+    done = subprocess.run([*LAB, "bench", "--steps", "0"], capture_output=True, text=True, env=lab_env())
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == "solomon bench: error: argument --steps: 0 is not at least 1"
+    assert done.stderr.strip().splitlines()[-1] == "python -m lab bench: error: argument --steps: 0 is not at least 1"

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from conftest import ROOT, digest, dvc
 
-from solomon.tools.scratch import run, write_params
+from lab.scratch import write_params
+from solomon.pipeline import run
 
 STAGES = {"prepare", "tokenizer", "datacard", "train", "evaluate", "report"}
 
@@ -147,9 +148,9 @@ def test_editing_the_params_code_without_changing_a_value_reruns_only_check(repo
 
 
 def test_a_changed_params_list_reruns_check_for_that_stage(repo_copy: Path) -> None:
-    """check's command names each stage's params (solomon deps --write), so a stage given a new param gets it in
+    """check's command names each stage's params (python -m lab deps --write), so a stage given a new param gets it in
     its checked file at once, not at some later check."""
-    from solomon.tools import stage_deps
+    from lab import stage_deps
 
     dvc_yaml = repo_copy / "dvc.yaml"
     dvc_yaml.write_text(

@@ -15,7 +15,8 @@ from mlflow.artifacts import download_artifacts
 from mlflow.models import Model
 from mlflow.tracking import MlflowClient
 
-from solomon.tools.scratch import pipeline_env, write_params
+from lab.scratch import write_params
+from solomon.pipeline import pipeline_env
 from solomon.tracking.replay import sync_run
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")

@@ -16,9 +16,10 @@ import yaml
 from conftest import latest_run_dir, tree_digest, wait_until
 from serve_helpers import PROMPT, SETTINGS, free_port, generated
 
+from lab.scratch import write_params
 from solomon.errors import SolomonError
 from solomon.export.mlflow_model import export_mlflow
-from solomon.tools.scratch import pipeline_env, write_params
+from solomon.pipeline import pipeline_env
 
 BIN = Path(sys.executable).parent
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import dvc
 
-from solomon.tools.scratch import run
+from solomon.pipeline import run
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 

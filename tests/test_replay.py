@@ -13,7 +13,8 @@ import pytest
 import torch
 from conftest import dvc
 
-from solomon.tools.scratch import pipeline_env, write_params
+from lab.scratch import write_params
+from solomon.pipeline import pipeline_env
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 LOWER = {"AVX512": "avx2", "AVX2": "default"}  # ATEN_CPU_CAPABILITY one level below torch's capability here

@@ -118,7 +118,7 @@ def test_make_report_rebuilds_the_pages_from_the_run_files_alone(repo_copy: Path
     import subprocess
     import sys
 
-    from solomon.tools.scratch import pipeline_env
+    from solomon.pipeline import pipeline_env
 
     run_dir = latest_run_dir(repo_copy)
     pages = {name: (run_dir / name).read_bytes() for name in ("index.html", "README.md")}

@@ -14,9 +14,8 @@ import pytest
 import yaml
 from conftest import digest, logged_steps, run_train, start_train, wait_for_steps, workdir
 
-from solomon.pipeline import stage_command
+from solomon.pipeline import pipeline_env, stage_command
 from solomon.records import DETERMINISTIC_COLUMNS, EVAL_LOG, STEP_LOG
-from solomon.tools.scratch import pipeline_env
 
 
 def outcome(cwd: Path) -> dict:

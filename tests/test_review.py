@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from solomon.errors import SolomonError
-from solomon.tools.review import MARKER, NotesApi, render_note
-from solomon.tools.scratch import pipeline_env
+from solomon.pipeline import pipeline_env
+from solomon.report.review import MARKER, NotesApi, render_note
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 DVC_YAML = {

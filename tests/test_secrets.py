@@ -13,7 +13,7 @@ import pytest
 from conftest import DVC, latest_run_dir
 
 from solomon.errors import SolomonError
-from solomon.tools.scratch import pipeline_env
+from solomon.pipeline import pipeline_env
 from solomon.tracking.store import error_line, public_uri, redact, redacted_errors, warn
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")

@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import flip_last_byte, latest_run_dir, wait_until
 from serve_helpers import SOLOMON, request, start, stop, wait
 
-from solomon.tools.scratch import pipeline_env
+from solomon.pipeline import pipeline_env
 
 GOOD = {"prompt": "In the beginning", "max_tokens": 6, "seed": 7, "temperature": 0.8, "top_k": 40}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import wait_until
 from serve_helpers import SOLOMON, request, start, stop, wait
 
-from solomon.tools.scratch import pipeline_env
+from solomon.pipeline import pipeline_env
 
 LONG = 4096  # tokens: about 15 s of the tiny model's greedy text, two at a time
 ASK = {"prompt": "In the beginning", "max_tokens": 40, "seed": 5, "temperature": 0.9, "top_k": 40}

@@ -1,16 +1,15 @@
-"""`solomon smoke` runs the whole pipeline in a scratch copy and leaves the workspace untouched."""
+"""`python -m lab smoke` runs the whole pipeline in a scratch copy and leaves the workspace untouched."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, tree_digest
+from conftest import LAB, ROOT, tree_digest
 
-from solomon.tools.scratch import PIPELINE_FILES, pipeline_env
+from lab.scratch import PIPELINE_FILES, lab_env
 
 pytestmark = pytest.mark.slow
 
@@ -21,13 +20,12 @@ def test_smoke_runs_everything_and_touches_nothing(tmp_path: Path) -> None:
     for name in PIPELINE_FILES:
         subprocess.run(["cp", "-r", str(ROOT / name), str(workspace / name)], check=True)
     before = tree_digest(workspace)
-    solomon = str(Path(sys.executable).parent / "solomon")
     kept = tmp_path / "smoke-run"  # what CI keeps as the smoke job's artifact
     done = subprocess.run(
-        [solomon, "smoke", "--source", str(workspace), "--keep-run", str(kept)],
+        [*LAB, "smoke", "--source", str(workspace), "--keep-run", str(kept)],
         capture_output=True,
         text=True,
-        env=pipeline_env(),
+        env=lab_env(),
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from solomon.tools.soak import problems, soak, summary
+from lab.soak import problems, soak, summary
 
 
 @pytest.mark.slow

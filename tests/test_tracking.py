@@ -18,7 +18,7 @@ import yaml
 from conftest import DVC, digest, latest_run_dir, wait_until
 from mlflow.tracking import MlflowClient
 
-from solomon.tools.scratch import pipeline_env
+from solomon.pipeline import pipeline_env
 from solomon.tracking import server as mlflow_server
 from solomon.tracking.replay import sync_run
 from solomon.tracking.store import RUN_ID_TAG, STEP_METRICS, model_artifact_path
@@ -220,7 +220,7 @@ def test_killed_and_resumed_training_is_one_mlflow_run(repo_copy: Path, server: 
 def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:
     from conftest import dvc
 
-    from solomon.tools.scratch import write_params
+    from lab.scratch import write_params
 
     write_params(repo_copy, {"eval": {"max_tokens": 2048}})  # reruns evaluate and report
     port = free_port()  # nothing listens there
@@ -242,7 +242,7 @@ def test_temp_and_queued_experiments_log_to_the_workspace_store(repo_copy: Path,
     workspace's mlflow.db, each its own MLflow run named <exp-name>-<training run id>."""
     from conftest import dvc
 
-    from solomon.tools.scratch import run
+    from solomon.pipeline import run
     from solomon.tracking.store import workspace_root
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -22,6 +22,7 @@ from solomon.train.checkpoint import Checkpointer
 from solomon.train.data_order import DataOrder
 from solomon.train.early_stopping import EarlyStopping
 from solomon.train.loop import train
+from solomon.train.recorder import Recorder
 from solomon.train.step import accumulate_gradients
 
 torch.set_num_threads(1)
@@ -431,7 +432,7 @@ def test_a_bf16_run_on_a_cpu_without_bf16_kernels_says_so_as_it_starts(tiny_run,
     params, paths = tiny_run(
         {"train": {"max_steps": 2, "precision": "bf16", "optimizer": "adamw"}, "lr": {"cooldown": 0.5}}
     )
-    train(params, paths, machine=fallback, gemm_peak=peaks)
+    train(params, paths, recorder=Recorder(machine=fallback, gemm_peak=peaks))
     err = capsys.readouterr().err
     assert bf16_fallback_warning("bf16", "adamw", fallback, peaks) in err
     assert "-S train.precision=fp32 -S train.optimizer=adamw" in err
@@ -445,9 +446,11 @@ def test_a_resume_on_another_machine_kind_is_warned_and_recorded(tiny_run, capsy
     here = describe()
     other = {**here, "torch_capability": "DEFAULT", "kind": "x86_64 no AVX2 (no AMX), torch DEFAULT"}
     params, paths = tiny_run({"train": {"max_steps": 20}, "lr": {"cooldown": 0.0}})  # no cooldown: extendable
-    assert train(params, paths, machine=here)["machine_kinds"] == [{"kind": here["kind"], "steps": [1, 20]}]
+    assert train(params, paths, recorder=Recorder(machine=here))["machine_kinds"] == [
+        {"kind": here["kind"], "steps": [1, 20]}
+    ]
     params, paths = tiny_run({"train": {"max_steps": 30}, "lr": {"cooldown": 0.0}})
-    metrics = train(params, paths, machine=other)
+    metrics = train(params, paths, recorder=Recorder(machine=other))
     warning = (
         f"resuming on another machine kind ({other['kind']}): steps ≥ 21 will not be bit-identical to an "
         f"uninterrupted run on {here['kind']}"

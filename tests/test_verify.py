@@ -12,9 +12,10 @@ from pathlib import Path
 
 from conftest import dvc, flip_last_byte, latest_run_dir
 
+from lab.scratch import write_params
 from solomon.audit import manifest
+from solomon.pipeline import pipeline_env
 from solomon.records import LATEST, RunFiles
-from solomon.tools.scratch import pipeline_env, write_params
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 

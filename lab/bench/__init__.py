@@ -21,7 +21,7 @@ out, with ``NOT_NATIVE`` as the reason: there a bf16 step takes minutes (docs/tr
 A benchmark, not a test: nothing here asserts a time.
 """
 
-PARTS = ("throughput", "stage", "serving")  # `solomon bench --only` names them
+PARTS = ("throughput", "stage", "serving")  # `python -m lab bench --only` names them
 SERVING_CLIENTS = (1, 4, 16)  # the engine's rows: closed-loop streaming clients (`--serving-clients`)
 SERVING_REQUESTS = 4  # completions per client and client count (`--serving-requests`)
 NOT_NATIVE = "this CPU has no native bf16 matmuls: bf16 runs through torch's scalar fallback here (docs/training.md)"

@@ -3,7 +3,7 @@ several sizes, each stage a real process; per stage its wall time, MB/s of corpu
 tree (workers included), the scaling exponents of time and memory in size, and beside them the limit that matters:
 ``tokenizers``' own ``encode_batch`` rate on the same text on every core, in the same run.
 
-    python -m solomon.tools.bench.data --sizes 50,500,2000 [--scratch DIR] [--out reports/bench]
+    python -m lab.bench.data --sizes 50,500,2000 [--scratch DIR] [--out reports/bench]
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import numpy as np
 import psutil
 import yaml
 
+from lab.scratch import merge
 from solomon.atomic import write_json
 from solomon.data.corpus import read_documents
 from solomon.data.tokens import load_tokenizer
 from solomon.machine import describe
 from solomon.params import read_yaml
-from solomon.pipeline import stage_command
+from solomon.pipeline import pipeline_env, stage_command
 from solomon.records import PARAMS_FILE
-from solomon.tools.scratch import merge, pipeline_env
 
 ROOT = Path(__file__).resolve().parents[3]
 STAGES = ("check", "prepare", "tokenizer", "datacard")

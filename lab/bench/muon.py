@@ -1,6 +1,6 @@
 """Muon's cost beside AdamW's: the loop's own step (``train_step``) of the default model, with AdamW, torch.optim.Muon
 and BatchedMuon at several ``train.muon.ns_steps``, at 1× and 2× the tokens of a step (2× by accumulating two
-micro-batches of the default size). ``python -m solomon.tools.bench.muon [--rounds N] [--threads N]``.
+micro-batches of the default size). ``python -m lab.bench.muon [--rounds N] [--threads N]``.
 
 All variants share one process, one model and its data, and are timed round-robin (one step of each per round,
 the median over rounds). Times are this process's CPU seconds (``time.process_time``), not wall clock: on a shared

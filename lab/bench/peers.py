@@ -3,7 +3,7 @@ without the HTTP stack (the like-for-like row beside transformers' ``generate``)
 loading the same weights through Solomon's own exporters — Hugging Face ``transformers`` (GPT2LMHeadModel,
 ``generate`` with its KV cache) and llama.cpp (``llama_cpp`` on the GGUF file), where it can be imported.
 
-The exporters take a ``solomon.export.source.Source``; here it is one over files written to a scratch directory
+The exporters take a ``solomon.export.source.ExportSource``; here it is one over files written to a scratch directory
 from the random model, **unverified** (no manifest, no audit chain: its run id, manifest and hashes say so). The
 tensors and metadata are what ``solomon export`` would write for a run with these weights.
 """
@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 import yaml
 
+from lab.bench.serving import SAMPLES, percentile
 from solomon import records
 from solomon.export import gguf_file, hf
 from solomon.export.layout import exported, slots
-from solomon.export.source import Source
+from solomon.export.source import ExportSource
 from solomon.model import weights
 from solomon.model.gpt import GPT
 from solomon.model.sampling import generate
@@ -27,7 +28,6 @@ from solomon.params import Params
 from solomon.records import RunFiles
 from solomon.serving.engine import Engine, Sequence
 from solomon.serving.precision import in_precision
-from solomon.tools.bench.serving import SAMPLES, percentile
 
 UNVERIFIED = "unverified: random weights of the bench"
 LLAMA_CPP_MISSING = (
@@ -36,8 +36,8 @@ LLAMA_CPP_MISSING = (
 )
 
 
-def unverified_source(model: GPT, tokenizer: Path, work: Path) -> Source:
-    """A Source over ``model`` written to ``work`` with ``tokenizer`` and default hyperparameters; unverified."""
+def unverified_source(model: GPT, tokenizer: Path, work: Path) -> ExportSource:
+    """A ExportSource over ``model`` written to ``work`` with ``tokenizer`` and default hyperparameters; unverified."""
     weights.save(model, work / "model")
     hyper = work / RunFiles.HYPERPARAMETERS
     hyper.write_text(yaml.safe_dump(Params().model_dump(mode="json")), encoding="utf-8")
@@ -47,7 +47,7 @@ def unverified_source(model: GPT, tokenizer: Path, work: Path) -> Source:
         records.TOKENIZER: tokenizer,
         RunFiles.HYPERPARAMETERS: hyper,
     }
-    return Source(
+    return ExportSource(
         run_dir=work,
         run_id="bench-random-weights-unverified",
         manifest_sha256="0" * 64,
@@ -116,7 +116,7 @@ def engine_rows(
     return rows
 
 
-def hf_model(source: Source):
+def hf_model(source: ExportSource):
     """GPT2LMHeadModel from the export's config and its tensors in Hugging Face's layout (fp32)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -131,7 +131,7 @@ def hf_model(source: Source):
 
 
 def hf_rows(
-    source: Source,
+    source: ExportSource,
     prompt_ids: list[int],
     max_tokens: int,
     requests: int,
@@ -161,7 +161,9 @@ def hf_rows(
     return rows
 
 
-def llama_cpp_row(source: Source, work: Path, prompt_ids: list[int], max_tokens: int, requests: int, threads: int):
+def llama_cpp_row(
+    source: ExportSource, work: Path, prompt_ids: list[int], max_tokens: int, requests: int, threads: int
+):
     """llama.cpp on the GGUF file ``solomon export --format gguf`` would write, one sequence; skipped, with the
     reason, where ``llama_cpp`` is not importable or cannot load it."""
     try:

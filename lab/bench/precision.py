@@ -2,7 +2,7 @@
 bits per byte, accuracy, ECE) on val and test with the model computing in each serving precision
 (``solomon.serving.precision``), side by side.
 
-    python -m solomon.tools.bench.precision [--model-dir models] [--tokens-dir data/tokens]
+    python -m lab.bench.precision [--model-dir models] [--tokens-dir data/tokens]
         [--tokenizer data/tokenizer.json] [--threads 2]
 
 reads the workspace's model, token files and tokenizer (a `make run` leaves them) and prints one JSON object.

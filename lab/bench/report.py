@@ -1,17 +1,17 @@
-"""All of ``make bench`` in one run (``measure``), and the text `solomon bench` prints of each part."""
+"""All of ``make bench`` in one run (``measure``), and the text `python -m lab bench` prints of each part."""
 
 from collections.abc import Callable
 from pathlib import Path
 
+from lab.bench import PARTS
+from lab.bench.serving_section import format_serving, serving_section
+from lab.bench.stage import stage_overheads
+from lab.bench.throughput import training_throughput
 from solomon.params import Params
 from solomon.records import TOKENS_DIR
-from solomon.tools.bench import PARTS
-from solomon.tools.bench.serving_section import format_serving, serving_section
-from solomon.tools.bench.stage import stage_overheads
-from solomon.tools.bench.throughput import training_throughput
 
 
-# --- all of it, and what `solomon bench` prints of it ------------------------------------------------------------
+# --- all of it, and what `python -m lab bench` prints of it ----------------------------------------------------
 def measure(
     params: Params | None,
     root: Path,

@@ -11,9 +11,9 @@ import time
 
 import torch
 
+from lab.bench.throughput import BENCH_GEMM
 from solomon.machine import gemm_peaks
 from solomon.model.gpt import GPT
-from solomon.tools.bench.throughput import BENCH_GEMM
 
 COPY_MIB = 512  # far larger than any CPU's last-level cache: the copy streams from and to memory
 

@@ -1,6 +1,6 @@
 """Serving: closed-loop clients streaming from ``solomon serve``'s stack on loopback, a server process around a
-model of the default size with random weights (``make bench`` part 4, ``solomon.tools.bench.serving_section``;
-``make soak`` serves the same: ``solomon.tools.soak``)."""
+model of the default size with random weights (``make bench`` part 4, ``lab.bench.serving_section``;
+``make soak`` serves the same: ``lab.soak``)."""
 
 import contextlib
 import hashlib
@@ -17,12 +17,12 @@ from pathlib import Path
 
 import torch
 
+from lab.scratch import lab_env
 from solomon.errors import SolomonError, last_line
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch
 from solomon.serving.limits import DEFAULT_PRECISION, Limits
-from solomon.tools.scratch import pipeline_env
 
 PROMPT = "In the beginning"
 MAX_TOKENS = 32  # new tokens per request of every row
@@ -126,10 +126,10 @@ def random_model_server(
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = "from solomon.tools.bench.serving import serve_random_model as s; s({}, {!r}, {}, {!r}, {}, {!r})"
+    code = "from lab.bench.serving import serve_random_model as s; s({}, {!r}, {}, {!r}, {}, {!r})"
     server = subprocess.Popen(
         [sys.executable, "-c", code.format(port, str(tokenizer), threads, model, slots, precision)],
-        env=pipeline_env(),
+        env=lab_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -8,10 +8,10 @@ top-k 40, no stop token):
    latency to ``data: [DONE]``, time to the first chunk carrying text, errors (each client keeps its connection
    open from one request to the next, as OpenAI's client does); the decode batch each load runs
    (the smallest of the sizes the engine's start-up check kept that holds the clients);
-3. the same engine in process (``solomon.tools.bench.peers.engine_rows``: no HTTP, no event loop, no client on
+3. the same engine in process (``lab.bench.peers.engine_rows``: no HTTP, no event loop, no client on
    the same cores), in each precision at batch 1 and 16: the like-for-like row beside transformers' ``generate``;
-4. the hardware's limits for the model's size (``solomon.tools.bench.roofline``) at batch 1 and 16;
-5. peers on the same weights through Solomon's exporters (``solomon.tools.bench.peers``): transformers at batch
+4. the hardware's limits for the model's size (``lab.bench.roofline``) at batch 1 and 16;
+5. peers on the same weights through Solomon's exporters (``lab.bench.peers``): transformers at batch
    1 and 16 in fp32 and in bf16 (``torch_dtype``'s cast: every weight and activation), llama.cpp at batch 1 where
    ``llama_cpp`` imports;
 
@@ -25,15 +25,8 @@ from pathlib import Path
 
 import torch
 
-from solomon import machine
-from solomon.data.tokens import load_tokenizer
-from solomon.errors import SolomonError
-from solomon.params import ModelParams
-from solomon.runtime import configure_torch
-from solomon.serving.engine import decode_batch
-from solomon.serving.limits import PRECISIONS, Limits
-from solomon.tools.bench import NOT_NATIVE, SERVING_CLIENTS, SERVING_REQUESTS, peers, roofline
-from solomon.tools.bench.serving import (
+from lab.bench import NOT_NATIVE, SERVING_CLIENTS, SERVING_REQUESTS, peers, roofline
+from lab.bench.serving import (
     MAX_TOKENS,
     PROMPT,
     bench_tokenizer,
@@ -45,7 +38,14 @@ from solomon.tools.bench.serving import (
     stream_completion,
     weights_digest,
 )
-from solomon.tools.bench.throughput import BENCH_GEMM
+from lab.bench.throughput import BENCH_GEMM
+from solomon import machine
+from solomon.data.tokens import load_tokenizer
+from solomon.errors import SolomonError
+from solomon.params import ModelParams
+from solomon.runtime import configure_torch
+from solomon.serving.engine import decode_batch
+from solomon.serving.limits import PRECISIONS, Limits
 
 ENGINE = "engine (HTTP server, streamed)"
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import yaml
 
+from lab.bench import NOT_NATIVE
+from lab.scratch import merge
 from solomon.errors import SolomonError, last_line
 from solomon.machine import bf16_matmul_native
 from solomon.params import read_yaml
-from solomon.pipeline import dvc_executable, stage_command
+from solomon.pipeline import dvc_executable, pipeline_env, stage_command
 from solomon.records import PARAMS_FILE, STEP_LOG, TRAIN_RUN, read_json, read_steps
-from solomon.tools.bench import NOT_NATIVE
-from solomon.tools.scratch import merge, pipeline_env
 from solomon.train.hooks import pause_environment
 from solomon.train.step import computes_in_bf16
 

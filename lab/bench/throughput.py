@@ -7,11 +7,11 @@ from collections.abc import Callable
 
 import torch
 
+from lab.bench import NOT_NATIVE
 from solomon.machine import best_gflops, bf16_matmul_native, gemm_peaks, matmul_flops
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params
 from solomon.runtime import configure_torch
-from solomon.tools.bench import NOT_NATIVE
 from solomon.train.data_order import DataOrder
 from solomon.train.optimizer import build_optimizer
 from solomon.train.step import autocast_for, computes_in_bf16, train_step

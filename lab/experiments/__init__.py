@@ -5,6 +5,6 @@ numbers its commands did not produce.
 
 - ``spec``: ``docs/experiments.yaml`` read and checked, and the exact commands of each page's runs;
 - ``results``: a page's data directory, its files and what reading them tells (``read_results``, ``stale_runs``);
-- ``runner``: ``solomon docs run``, the commands run with DVC in a scratch repository, their results kept;
-- ``render``: ``solomon docs render``, a page's generated block and charts from its data alone.
+- ``runner``: ``python -m lab docs run``, the commands run with DVC in a scratch repository, their results kept;
+- ``render``: ``python -m lab docs render``, a page's generated block and charts from its data alone.
 """

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lab.experiments.spec import nest, run_settings
+from lab.scratch import merge
 from solomon.errors import SolomonError
 from solomon.params import Params, before_values, flatten, read_yaml
 from solomon.records import PARAMS_FILE, RECORD_FILES, RunFiles, read_evals, read_json, read_reliability, read_steps
-from solomon.tools.experiments.spec import nest, run_settings
-from solomon.tools.scratch import merge
 
 THEN_LOG = "then.log"
 MEASURED = "measured.json"  # a run's command, wall seconds, peak RSS (and model SHA256)
@@ -39,7 +39,7 @@ def read_results(data: Path, runs: list[str]) -> dict[str, dict]:
     for run in runs:
         folder = data / run
         if not folder.is_dir():
-            raise SolomonError(f"no results for run {run} in {data}: run `solomon docs run {data.parent.name}`")
+            raise SolomonError(f"no results for run {run} in {data}: run `python -m lab docs run {data.parent.name}`")
         results[run] = {
             "metrics": read_json(folder / RunFiles.METRICS),
             "train_metrics": read_json(folder / RunFiles.TRAIN_METRICS),

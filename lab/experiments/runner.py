@@ -1,4 +1,4 @@
-"""``solomon docs run``: a page's commands run with DVC in a scratch copy of the pipeline, and the results each
+"""``python -m lab docs run``: a page's commands run with DVC in a scratch copy of the pipeline, and the results each
 run made kept in the page's data directory (``results``), with what running it measured."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab.experiments.results import EXP_SHOW_COMMAND, EXP_SHOW_TABLE, MEASURED, RESULT_FILES, THEN_LOG
+from lab.experiments.spec import RUN_QUEUE, commands, default_values, experiment_name, queued, run_entry
+from lab.scratch import make_scratch_repo
 from solomon.atomic import staged_dir, write_json, write_text
 from solomon.errors import SolomonError, last_line
 from solomon.hashing import sha256_file
-from solomon.pipeline import dvc_executable
+from solomon.pipeline import dvc_executable, pipeline_env
 from solomon.records import WEIGHTS, RunFiles, read_json
-from solomon.tools.experiments.results import EXP_SHOW_COMMAND, EXP_SHOW_TABLE, MEASURED, RESULT_FILES, THEN_LOG
-from solomon.tools.experiments.spec import RUN_QUEUE, commands, default_values, experiment_name, queued, run_entry
-from solomon.tools.scratch import make_scratch_repo, pipeline_env
 
 # `dvc exp show` for review (`make exps`, the docs' tables): the params that differ and the results (metrics.json,
 # train_metrics.json), nothing else. --drop (a regex each column name must not start with) takes DVC's bookkeeping

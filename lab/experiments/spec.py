@@ -17,11 +17,11 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from lab.scratch import merge
 from solomon.errors import SolomonError
 from solomon.params import Params, describe_error, flatten, read_yaml
 from solomon.records import PARAMS_FILE
 from solomon.report.charts import COMPARISONS
-from solomon.tools.scratch import merge
 from solomon.train.hooks import crash_environment
 
 SPEC = Path("docs/experiments.yaml")

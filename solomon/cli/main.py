@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 
 from solomon import __version__
-from solomon.cli import audit, export, pipeline, runs, serve, tools, track, written
+from solomon.cli import audit, export, pipeline, review, runs, serve, track
 from solomon.errors import run_main
 
-GROUPS = (runs, pipeline, audit, export, serve, tools, track, written)
+GROUPS = (runs, pipeline, audit, export, serve, review, track)
 
 
 def build_parser() -> argparse.ArgumentParser:

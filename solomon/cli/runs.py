@@ -73,7 +73,7 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _replay(args: argparse.Namespace) -> None:
-    from solomon.tools.replay import replay
+    from solomon.replay import replay
 
     result = replay(run_of(args), Path(args.root), args.from_step, args.steps, args.threads, args.tolerance)
     print("\n".join(result.lines()))

@@ -21,7 +21,6 @@ from solomon.records import PARAMS_FILE
 from solomon.serving.limits import (
     DEFAULT_PRECISION,
     EXPECT_DIGEST_ENV,
-    HOLD_ENV,
     IMAGE_DIGEST_ENV,
     MAX_SEED,
     MIN_TEMPERATURE,
@@ -148,21 +147,17 @@ def add_limit_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
-    from functools import partial
-
-    from solomon.serving.server import Source, load, serve
+    from solomon.serving.hooks import Hooks
+    from solomon.serving.server import ModelSource, serve
 
     if args.model and (args.run or args.run_option):
         raise SolomonError("give a run or --model, not both")
-    root = Path(args.root)
     run_dir = None if args.model else run_of(args)
-    hold = os.environ.get(HOLD_ENV)
-    source = Source(
-        root, run_dir, args.model, args.expect_digest, args.threads, args.precision, args.dvc_lock,
-        Path(hold) if hold else None,
-    )  # fmt: skip
+    source = ModelSource(
+        Path(args.root), run_dir, args.model, args.expect_digest, args.threads, args.precision, args.dvc_lock
+    )
     limits = Limits(**{limit.name: getattr(args, limit.name) for limit in fields(Limits)})
-    serve(partial(load, source), args.host, args.port, limits, args.image_digest)
+    serve(source.load, args.host, args.port, limits, args.image_digest, Hooks.from_environment(os.environ))
 
 
 def _lineage(args: argparse.Namespace) -> None:

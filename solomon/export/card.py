@@ -6,13 +6,13 @@ from __future__ import annotations
 import yaml
 
 from solomon import records
-from solomon.export.source import Source
+from solomon.export.source import ExportSource
 from solomon.records import RunFiles
 
 METRICS = (("loss", "Loss"), ("perplexity", "Perplexity"), ("bits_per_byte", "Bits per byte"), ("accuracy", "Accuracy"))
 
 
-def front_matter(source: Source) -> dict:
+def front_matter(source: ExportSource) -> dict:
     data = source.record(RunFiles.DATACARD_JSON)["front_matter"]
     metrics = source.record(RunFiles.METRICS)
     corpus = source.hyperparameters["corpus"]["source"]
@@ -44,7 +44,7 @@ def front_matter(source: Source) -> dict:
     }
 
 
-def render(source: Source) -> str:
+def render(source: ExportSource) -> str:
     matter = front_matter(source)
     fields = source.record(RunFiles.DATACARD_JSON).get("fields", {})
     metrics = source.record(RunFiles.METRICS)

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from solomon.errors import SolomonError
 from solomon.export import GGUF, HF, MLFLOW, gguf_file, hf, record
 from solomon.export.layout import mismatch, slots
-from solomon.export.source import Source, verified_source
+from solomon.export.source import ExportSource, verified_source
 from solomon.params import runs_root
 from solomon.records import RunFiles
 
@@ -40,7 +40,7 @@ def run_dir_of(export_dir: Path, root: Path, run_id: str) -> Path:
     return runs / run_id
 
 
-def _check_record(export_dir: Path, provenance: dict, source: Source) -> None:
+def _check_record(export_dir: Path, provenance: dict, source: ExportSource) -> None:
     where = export_dir / record.PROVENANCE
     if provenance["manifest_sha256"] != source.manifest_sha256:
         raise SolomonError(
@@ -52,7 +52,9 @@ def _check_record(export_dir: Path, provenance: dict, source: Source) -> None:
             raise SolomonError(f"{where}: source {name} is not the run's (SHA256 differs from its manifest)")
 
 
-def _check_tensors(export_dir: Path, name: str, found: dict[str, torch.Tensor], source: Source, is_hf: bool) -> int:
+def _check_tensors(
+    export_dir: Path, name: str, found: dict[str, torch.Tensor], source: ExportSource, is_hf: bool
+) -> int:
     layout = slots(source.model.config)
     names = {slot.hf if is_hf else slot.gguf for slot in layout}
     extra = sorted(set(found) - names)
@@ -72,7 +74,7 @@ def _tensors_line(count: int) -> str:
     return f"{count} tensors bit for bit against the run's weights"
 
 
-def _verify_hf(export_dir: Path, provenance: dict, source: Source, root: Path) -> str:
+def _verify_hf(export_dir: Path, provenance: dict, source: ExportSource, root: Path) -> str:
     rendered = hf.rendered(source)
     record.check_files(export_dir, provenance, {*rendered, hf.WEIGHTS_FILE})
     for name, content in rendered.items():
@@ -90,7 +92,7 @@ def metadata(path: Path) -> dict:
     return {key: field.contents() for key, field in gguf.GGUFReader(path).fields.items() if not key.startswith("GGUF.")}
 
 
-def _verify_gguf(export_dir: Path, provenance: dict, source: Source, root: Path) -> str:
+def _verify_gguf(export_dir: Path, provenance: dict, source: ExportSource, root: Path) -> str:
     path = export_dir / gguf_file.GGUF_FILE
     record.check_files(export_dir, provenance, {gguf_file.GGUF_FILE})
     try:
@@ -112,7 +114,7 @@ def _verify_gguf(export_dir: Path, provenance: dict, source: Source, root: Path)
     return _tensors_line(_check_tensors(export_dir, gguf_file.GGUF_FILE, tensors, source, is_hf=False))
 
 
-def _verify_mlflow(export_dir: Path, provenance: dict, source: Source, root: Path) -> str:
+def _verify_mlflow(export_dir: Path, provenance: dict, source: ExportSource, root: Path) -> str:
     from solomon.export import mlflow_model  # imports mlflow
 
     return mlflow_model.verify(export_dir, provenance, source, root)

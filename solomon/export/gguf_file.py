@@ -18,7 +18,7 @@ from solomon import records
 from solomon.atomic import staged_dir, write_with
 from solomon.export import GGUF, record
 from solomon.export.layout import exported, slots
-from solomon.export.source import Source, verified_source
+from solomon.export.source import ExportSource, verified_source
 
 GGUF_FILE = "model.gguf"
 ARCH = "gpt2"
@@ -27,7 +27,7 @@ MANIFEST_KEY = "solomon.manifest_sha256"
 WEIGHTS_KEY = "solomon.weights_sha256"
 
 
-def vocabulary(source: Source) -> tuple[list[str], list[int], list[str]]:
+def vocabulary(source: ExportSource) -> tuple[list[str], list[int], list[str]]:
     """(tokens by id, their GGUF token types, merges as "left right"), from the run's tokenizer.json."""
     model = json.loads(source.files[records.TOKENIZER].read_text(encoding="utf-8"))["model"]
     by_id = {index: token for token, index in source.tokenizer.get_vocab(with_added_tokens=True).items()}
@@ -42,7 +42,7 @@ def vocabulary(source: Source) -> tuple[list[str], list[int], list[str]]:
     return tokens, [int(t) for t in types], merges
 
 
-def add_metadata(writer: gguf.GGUFWriter, source: Source) -> None:
+def add_metadata(writer: gguf.GGUFWriter, source: ExportSource) -> None:
     config, model = source.model.config, source.model
     writer.add_name(f"solomon-{source.run_id}")
     writer.add_context_length(config.block_size)
@@ -66,7 +66,7 @@ def add_metadata(writer: gguf.GGUFWriter, source: Source) -> None:
     writer.add_string(WEIGHTS_KEY, source.sha256[records.WEIGHTS])
 
 
-def write_file(path: Path, source: Source, tensors: bool = True) -> None:
+def write_file(path: Path, source: ExportSource, tensors: bool = True) -> None:
     """The GGUF file of ``source``; without ``tensors``, its metadata alone (what ``verify --export`` compares)."""
     writer = gguf.GGUFWriter(path, arch=ARCH)
     add_metadata(writer, source)
@@ -80,7 +80,7 @@ def write_file(path: Path, source: Source, tensors: bool = True) -> None:
     writer.close()
 
 
-def write(source: Source, out: Path) -> None:
+def write(source: ExportSource, out: Path) -> None:
     record.check_out(out, source.run_id)
     with staged_dir(out) as tmp:
         write_with(tmp / GGUF_FILE, lambda path: write_file(path, source))

@@ -15,13 +15,13 @@ from solomon import records
 from solomon.atomic import canonical_json, staged_dir, write_bytes, write_with
 from solomon.export import HF, card, record
 from solomon.export.layout import exported, slots
-from solomon.export.source import Source, verified_source
+from solomon.export.source import ExportSource, verified_source
 
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 
 
-def config(source: Source) -> dict:
+def config(source: ExportSource) -> dict:
     """GPT2Config's fields for the run's model, and where it came from."""
     model, eod = source.model, source.eod_id
     return {
@@ -52,7 +52,7 @@ def config(source: Source) -> dict:
     }
 
 
-def provenance_keys(source: Source) -> dict:
+def provenance_keys(source: ExportSource) -> dict:
     return {
         "run_id": source.run_id,
         "manifest_sha256": source.manifest_sha256,
@@ -60,7 +60,7 @@ def provenance_keys(source: Source) -> dict:
     }
 
 
-def tokenizer_config(source: Source) -> dict:
+def tokenizer_config(source: ExportSource) -> dict:
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": source.eod_token,
@@ -72,7 +72,7 @@ def tokenizer_config(source: Source) -> dict:
     }
 
 
-def generation_config(source: Source) -> dict:
+def generation_config(source: ExportSource) -> dict:
     """The run's own sampling settings (train.samples); top_k null (none) is transformers' 0."""
     samples = source.hyperparameters["train"]["samples"]
     return {
@@ -86,7 +86,7 @@ def generation_config(source: Source) -> dict:
     }
 
 
-def rendered(source: Source) -> dict[str, bytes]:
+def rendered(source: ExportSource) -> dict[str, bytes]:
     """Every file of the export but the weights, by name."""
     text = {
         "config.json": canonical_json(config(source)),
@@ -99,7 +99,7 @@ def rendered(source: Source) -> dict[str, bytes]:
     }
 
 
-def write(source: Source, out: Path) -> None:
+def write(source: ExportSource, out: Path) -> None:
     """Write the export of a verified ``source`` to ``out`` (staged: ``out`` changes only when all is written)."""
     record.check_out(out, source.run_id)
     state = source.state

@@ -20,7 +20,7 @@ from solomon.atomic import staged_dir
 from solomon.audit.manifest import digest_of
 from solomon.errors import SolomonError
 from solomon.export import MLFLOW, record
-from solomon.export.source import Source, verified_source
+from solomon.export.source import ExportSource, verified_source
 from solomon.records import SERVING_FILES, WEIGHTS, RunFiles
 from solomon.tracking import pyfunc
 
@@ -28,12 +28,12 @@ MLMODEL = "MLmodel"
 UNIQUE = ("utc_time_created", "model_uuid")  # MLmodel's fields that differ from one writing to the next
 
 
-def build(source: Source, root: Path, into: Path) -> Path:
+def build(source: ExportSource, root: Path, into: Path) -> Path:
     """The run's MLflow model at ``into`` (new or empty), as promote builds it."""
     return pyfunc.build(into, source.run_dir, root, source.files, source.manifest_sha256, source.sha256[WEIGHTS])
 
 
-def write(source: Source, root: Path, out: Path) -> None:
+def write(source: ExportSource, root: Path, out: Path) -> None:
     record.check_out(out, source.run_id)
     with staged_dir(out) as tmp:
         build(source, root, tmp)
@@ -67,7 +67,7 @@ def _mlmodel(path: Path) -> dict[str, object]:
     return {key: value for key, value in _fields(parsed).items() if key not in UNIQUE}
 
 
-def _check_mlmodel(export_dir: Path, expected: Path, source: Source) -> None:
+def _check_mlmodel(export_dir: Path, expected: Path, source: ExportSource) -> None:
     found, wanted = _mlmodel(export_dir / MLMODEL), _mlmodel(expected / MLMODEL)
     for key in sorted(set(found) | set(wanted)):
         if found.get(key) != wanted.get(key):
@@ -77,7 +77,7 @@ def _check_mlmodel(export_dir: Path, expected: Path, source: Source) -> None:
             )
 
 
-def _check_serving_root(export_dir: Path, found: dict[str, str], source: Source, root: Path) -> None:
+def _check_serving_root(export_dir: Path, found: dict[str, str], source: ExportSource, root: Path) -> None:
     """The weights, model config and tokenizer inside are the manifest's (``found``: the export's SHA256 by
     relative path, as ``record.check_files`` hashed them), and so is the run directory's manifest."""
     served = pyfunc.served_root(export_dir)
@@ -92,7 +92,7 @@ def _check_serving_root(export_dir: Path, found: dict[str, str], source: Source,
         raise SolomonError(f"{manifest}: not run {source.run_id}'s manifest ({source.manifest_sha256[:12]}…)")
 
 
-def verify(export_dir: Path, provenance: dict, source: Source, root: Path) -> str:
+def verify(export_dir: Path, provenance: dict, source: ExportSource, root: Path) -> str:
     """Check an MLflow export against its run, built again; what was checked, or SolomonError."""
     with tempfile.TemporaryDirectory() as scratch:
         expected = build(source, root, Path(scratch) / "model")

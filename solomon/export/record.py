@@ -10,7 +10,7 @@ from solomon import __version__
 from solomon.atomic import write_json
 from solomon.errors import SolomonError
 from solomon.export import FORMATS
-from solomon.export.source import Source
+from solomon.export.source import ExportSource
 from solomon.hashing import sha256_file
 
 PROVENANCE = "provenance.json"
@@ -26,7 +26,7 @@ def exported_files(export_dir: Path) -> dict[str, str]:
     }
 
 
-def write(export_dir: Path, source: Source, fmt: str) -> None:
+def write(export_dir: Path, source: ExportSource, fmt: str) -> None:
     """provenance.json, over the files already written to ``export_dir``."""
     write_json(
         export_dir / PROVENANCE,

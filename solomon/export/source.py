@@ -32,7 +32,10 @@ SOURCES = (
 
 
 @dataclass(frozen=True)
-class Source:
+class ExportSource:
+    """A run as an export reads it: its identity, and its files at the paths verify hashed; the model, tokenizer
+    and hyperparameters are read from those paths when first asked for."""
+
     run_dir: Path
     run_id: str
     manifest_sha256: str
@@ -69,13 +72,15 @@ class Source:
         return json.loads(self.files[name].read_text(encoding="utf-8"))
 
 
-def verified_source(run_dir: Path, root: Path, expect_digest: str | None = None, every_subject: bool = False) -> Source:
+def verified_source(
+    run_dir: Path, root: Path, expect_digest: str | None = None, every_subject: bool = False
+) -> ExportSource:
     """Verify ``run_dir`` (its manifest, and the export's source files by their SHA256; ``every_subject``: all of
     the manifest's, for an export that carries the whole run directory); refuses in one line."""
     names = None if every_subject else set(SOURCES)
     result = require_verified(run_dir, root, f"{run_dir} does not verify", names=names, expect_digest=expect_digest)
     recorded = {s["name"]: s["digest"]["sha256"] for s in result.statement["subject"]}
-    return Source(
+    return ExportSource(
         run_dir=run_dir,
         run_id=result.run_id,
         manifest_sha256=result.digest,

@@ -88,9 +88,10 @@ def rotate(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]) -> torc
 
 class Dropout(nn.Module):
     """``nn.Dropout`` with a cheaper mask: each element draws a 16-bit slice of a full-range 64-bit random word,
-    four elements per draw of the CPU generator instead of one (``bernoulli_`` was 17 % of a bf16 step; this is
-    7x cheaper). The same generator, so its state in the checkpoint still makes a resume exact. The drop
-    probability is p rounded to a multiple of 1/65536, and the kept values are scaled by its exact inverse."""
+    four elements per draw of the CPU generator instead of one (``bernoulli_``'s masks were a visible share of a
+    bf16 step: docs/performance.md). The same generator, so its state in the checkpoint still makes a resume exact.
+    The drop probability is p rounded to a multiple of 1/65536, and the kept values are scaled by its exact
+    inverse."""
 
     def __init__(self, p: float) -> None:
         super().__init__()
@@ -132,8 +133,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         batch, time, channels = x.shape
         q, k, v = self.heads(x, rotation)
-        # No dropout on the attention probabilities: on CPU a mask there forces SDPA off its fused kernel and made
-        # bf16 training 36 % slower (measured, 6L/384); embedding and residual dropout regularise instead.
+        # No dropout on the attention probabilities: on CPU a mask there forces SDPA off its fused kernel, which
+        # slows bf16 training (docs/performance.md); embedding and residual dropout regularise instead.
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).contiguous().view(batch, time, channels)
         return self.resid_dropout(self.proj(y))

@@ -2,7 +2,8 @@
 
 Why: with an 8k vocabulary the logits of one batch are (tokens × vocab) floats — 64 MiB for 2,048 tokens — and
 the plain path (matmul, cast to fp32, log_softmax, nll, then each one's backward) streams that tensor through
-memory about ten times per step. On a 2-core CPU that memory traffic, not the matmuls, was 40 % of a bf16 step.
+memory about ten times per step. On CPU that memory traffic, not the matmuls, was a large share of a bf16 step
+(docs/performance.md, "What made the default path fast", has the profile's figures).
 Here each chunk's logits stay small enough to live in cache: log_softmax, the loss and the gradient with
 respect to the logits (softmax − target distribution) are computed while the chunk is hot, and only the
 gradient, in the compute dtype, is kept for the two matmuls of the backward pass. The loss is the last node of
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import torch
 
-CHUNK_TOKENS = 128  # rows of logits per chunk: 4 MiB of fp32 for an 8k vocabulary (measured best of 32–512)
+# rows of logits per chunk: 4 MiB of fp32 for an 8k vocabulary, small enough to stay in cache; the fastest of the
+# sizes tried (docs/performance.md)
+CHUNK_TOKENS = 128
 
 
 class _LinearCrossEntropy(torch.autograd.Function):

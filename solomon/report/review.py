@@ -22,8 +22,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from solomon.errors import SolomonError, first_line, last_line
-from solomon.pipeline import dvc_executable
-from solomon.tools.scratch import run
+from solomon.pipeline import dvc_executable, run
 
 MARKER = "<!-- solomon-review -->"
 TOKEN_ENV = "SOLOMON_REVIEW_TOKEN"  # a masked CI/CD variable: project access token with the `api` scope

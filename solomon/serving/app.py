@@ -1,12 +1,14 @@
 """The HTTP API of ``solomon serve`` (FastAPI): health, readiness, provenance and OpenAI-style completions.
 
-The model is verified and loaded on a thread of its own after the server is listening, so ``/healthz`` answers
-at once and ``/readyz`` says 503 until verification and loading are done (a failure stops the server: see
-``solomon.serving.server``). Generation runs on the engine's thread (``solomon.serving.engine``: ``slots``
-sequences at once); sequences wait in a bounded queue for a slot and are refused with 429 and ``Retry-After``
-beyond it, and a request still unfinished at its deadline gets 503. Every refusal is a JSON error shaped like
-OpenAI's, naming the field. ``/openapi.json`` describes the completions request as ``CompletionRequest`` checks it,
-with this server's bounds; ``/metrics`` is Prometheus's text format (``solomon.serving.metrics``).
+A ``Server`` owns what the routes answer from: the model, the engine and its thread, the metrics and the count of
+sequences in flight. ``start`` verifies and loads the model on a thread of its own once the server is listening, so
+``/healthz`` answers at once and ``/readyz`` says 503 until verification and loading are done (a failure stops the
+server: see ``solomon.serving.server``); ``stop`` lets the engine finish what is left. Generation runs on the
+engine's thread (``solomon.serving.engine``: ``slots`` sequences at once); sequences wait in a bounded queue for a
+slot and are refused with 429 and ``Retry-After`` beyond it, and a request still unfinished at its deadline gets
+503. Every refusal is a JSON error shaped like OpenAI's, naming the field. ``create_app`` routes each path to one of
+the server's handlers: ``/openapi.json`` describes the completions request as ``CompletionRequest`` checks it, with
+this server's bounds; ``/metrics`` is Prometheus's text format (``solomon.serving.metrics``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -27,23 +29,11 @@ from starlette.exceptions import HTTPException
 from solomon.errors import first_line
 from solomon.serving.completions import RequestError, parse, prepare, read_body, request_schema
 from solomon.serving.engine import Engine
+from solomon.serving.hooks import NO_HOOKS, Hooks
 from solomon.serving.limits import Limits
 from solomon.serving.loader import Served
 from solomon.serving.metrics import CONTENT_TYPE, CountRequests, Metrics
 from solomon.serving.running import Handoff, Running
-
-
-@dataclass
-class State:
-    """What the server knows of its model: None until loaded; ``error`` when loading failed."""
-
-    served: Served | None = None
-    engine: Engine | None = None
-    handoff: Handoff | None = None  # the engine's thread onto the event loop (made once the loop runs)
-    error: str | None = None
-    image_digest: str | None = None
-    pending: int = 0  # sequences waiting or in a slot (touched on the event loop only)
-    mean_s: float = 1.0  # a running mean of a sequence's time in the engine, for Retry-After
 
 
 def error(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
@@ -60,121 +50,109 @@ def refusal(reason: str, limits: Limits) -> tuple[int, str, str | None, dict | N
     return 500, f"internal error: {reason.removeprefix('error: ')}", None, None
 
 
-def create_app(
-    load: Callable[[], Served],
-    limits: Limits,
-    on_failure: Callable[[str], None],
-    image_digest: str | None = None,
-) -> FastAPI:
-    """The app; ``load`` (verify, then load) runs on a thread at start-up, ``on_failure`` gets its one-line
-    refusal; ``image_digest`` is the serving image's, when the deployment passes it."""
-    state = State(image_digest=image_digest)
-    metrics = Metrics(
-        limits.slots,
-        waiting=lambda: 0 if state.engine is None else len(state.engine.waiting),
-        busy=lambda: 0 if state.engine is None else state.engine.slots_busy(),
-    )
-    engine_thread: list[threading.Thread] = []
+class Server:
+    """One model behind the HTTP API. It owns the model (``served``: None until loaded; ``error``: one line, when
+    loading failed), the engine and its thread, the metrics and the sequences in flight; its async methods are the
+    routes' handlers."""
 
-    def load_in_background() -> None:
+    def __init__(
+        self,
+        load: Callable[[], Served],
+        limits: Limits,
+        on_failure: Callable[[str], None],
+        image_digest: str | None = None,
+        hooks: Hooks = NO_HOOKS,
+    ) -> None:
+        """``load`` (verify, then load) runs on a thread at start-up, ``on_failure`` gets its one-line refusal;
+        ``image_digest`` is the serving image's, when the deployment passes it."""
+        self.load, self.limits, self.on_failure, self.hooks = load, limits, on_failure, hooks
+        self.image_digest = image_digest
+        self.served: Served | None = None
+        self.engine: Engine | None = None
+        self.engine_thread: threading.Thread | None = None
+        self.handoff: Handoff | None = None  # the engine's thread onto the event loop (made once the loop runs)
+        self.error: str | None = None
+        self.pending = 0  # sequences waiting or in a slot (touched on the event loop only)
+        self.mean_s = 1.0  # a running mean of a sequence's time in the engine, for Retry-After
+        self.metrics = Metrics(
+            limits.slots,
+            waiting=lambda: 0 if self.engine is None else len(self.engine.waiting),
+            busy=lambda: 0 if self.engine is None else self.engine.slots_busy(),
+        )
+
+    def start(self) -> None:
+        """On the event loop, before the first request: load the model on a thread of its own."""
+        self.handoff = Handoff(asyncio.get_running_loop())
+        threading.Thread(target=self._load, name="solomon-verify", daemon=True).start()
+
+    def _load(self) -> None:
         try:
-            served = load()
-            state.engine = Engine(served.model, limits.slots)
-            engine_thread.append(threading.Thread(target=state.engine.run, name="solomon-engine", daemon=True))
-            engine_thread[0].start()
-            state.served = served
+            self.hooks.before_loading()
+            served = self.load()
+            engine = Engine(served.model, self.limits.slots)
+            thread = threading.Thread(target=engine.run, name="solomon-engine", daemon=True)
+            thread.start()
+            self.engine, self.engine_thread, self.served = engine, thread, served
         except Exception as exc:  # any failure refuses to serve: one line, the server stops
-            state.error = first_line(exc, limit=400)
-            on_failure(state.error)
+            self.error = first_line(exc, limit=400)
+            self.on_failure(self.error)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        state.handoff = Handoff(asyncio.get_running_loop())
-        threading.Thread(target=load_in_background, name="solomon-verify", daemon=True).start()
-        yield
-        if state.engine is not None:  # every request has been answered: the engine finishes what is left
-            state.engine.close()
-            engine_thread[0].join()
+    def stop(self) -> None:
+        """Once every request has been answered: the engine finishes what is left, and its thread ends."""
+        if self.engine_thread is not None:
+            self.engine.close()
+            self.engine_thread.join()
 
-    app = FastAPI(title="solomon", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.solomon = state
-
-    @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return error(exc.status_code, str(exc.detail))
-
-    @app.exception_handler(Exception)
-    async def _server_error(request: Request, exc: Exception) -> JSONResponse:
-        return error(500, f"internal error: {first_line(exc)}")
-
-    def not_ready() -> JSONResponse:
-        if state.error:
-            return error(503, f"not serving: {state.error}")
+    def not_ready(self) -> JSONResponse:
+        if self.error:
+            return error(503, f"not serving: {self.error}")
         return error(503, "not ready: verifying and loading the model", headers={"Retry-After": "1"})
 
-    @app.get("/healthz")
-    async def healthz() -> dict:
+    async def healthz(self) -> dict:
         return {"status": "alive"}
 
-    @app.get("/readyz")
-    async def readyz():
-        if state.served is None:
-            return not_ready()
-        served = state.served
+    async def readyz(self):
+        if self.served is None:
+            return self.not_ready()
+        served = self.served
         # in_flight: sequences waiting or in a slot; above slots + queue, 429
-        load = {"in_flight": state.pending, "slots": limits.slots, "queue": limits.queue}
+        load = {"in_flight": self.pending, "slots": self.limits.slots, "queue": self.limits.queue}
         return {"status": "ready", "run_id": served.run_id, "manifest_sha256": served.manifest_sha256} | load
 
-    @app.get("/v1/provenance")
-    async def provenance():
-        if state.served is None:
-            return not_ready()
-        engine = {"decode_batch_sizes": state.engine.batch_sizes}  # those the start-up check kept (engine.py)
-        return state.served.provenance() | engine | {"image_digest": state.image_digest}
+    async def provenance(self):
+        if self.served is None:
+            return self.not_ready()
+        engine = {"decode_batch_sizes": self.engine.batch_sizes}  # those the start-up check kept (engine.py)
+        return self.served.provenance() | engine | {"image_digest": self.image_digest}
 
-    @app.get("/v1/models")
-    async def models():
-        if state.served is None:
-            return not_ready()
-        entry = {"id": state.served.run_id, "object": "model", "owned_by": "solomon"}
+    async def models(self):
+        if self.served is None:
+            return self.not_ready()
+        entry = {"id": self.served.run_id, "object": "model", "owned_by": "solomon"}
         return {"object": "list", "data": [entry]}
 
-    # In the schema as plain text: a scraper (or a fuzzer) reads it like any other GET.
-    @app.get("/metrics", response_class=PlainTextResponse)
-    async def metrics_text():
-        return Response(metrics.text(), media_type=CONTENT_TYPE)
+    async def metrics_text(self):
+        return Response(self.metrics.text(), media_type=CONTENT_TYPE)
 
-    schema = {"required": True, "content": {"application/json": {"schema": request_schema(limits)}}}
-
-    @app.post("/v1/completions", openapi_extra={"requestBody": schema})
-    async def completions(request: Request):
-        served = state.served
+    async def completions(self, request: Request):
+        served, limits = self.served, self.limits
         if served is None:
-            return not_ready()
+            return self.not_ready()
         arrived = time.monotonic()
         try:
             job = prepare(served, parse(await read_body(request, limits.max_body_bytes)), limits)
         except RequestError as exc:
             return error(exc.status, exc.message, exc.param)
-        if state.pending + job.n > limits.slots + limits.queue:
-            retry = str(max(1, math.ceil(state.mean_s * (state.pending + job.n) / limits.slots)))
-            ahead = max(0, state.pending - limits.slots)
-            return error(
-                429, f"busy: {ahead} sequences waiting for a slot; retry later", headers={"Retry-After": retry}
-            )
-        state.pending += job.n
-        metrics.prompt_tokens.inc(len(job.prompt_ids))
-
-        def finished() -> None:
-            state.pending -= 1
-            state.mean_s = 0.8 * state.mean_s + 0.2 * (time.monotonic() - arrived)
-
+        if self.pending + job.n > limits.slots + limits.queue:
+            return self.busy(job.n)
+        self.pending += job.n
+        self.metrics.prompt_tokens.inc(len(job.prompt_ids))
+        finished = partial(self.finished, arrived)
         running = Running(
-            state.engine, state.handoff, served, job, arrived, limits.timeout_s, finished, metrics.generated
+            self.engine, self.handoff, served, job, arrived, limits.timeout_s, finished, self.metrics.generated
         )
         if job.stream:
-            failure = lambda reason: json.loads(error(*refusal(reason, limits)).body)  # noqa: E731
-            return StreamingResponse(running.stream(failure), media_type="text/event-stream")
+            return StreamingResponse(running.stream(self.failure_body), media_type="text/event-stream")
         try:
             outcome = await running.outcome()
         finally:
@@ -183,5 +161,50 @@ def create_app(
             return error(*refusal(outcome, limits))
         return running.body()
 
-    app.add_middleware(CountRequests, metrics=metrics, paths=frozenset(route.path for route in app.routes))
+    def busy(self, n: int) -> JSONResponse:
+        """429 for a request of ``n`` sequences that would overflow the slots and the queue, with a Retry-After
+        from the running mean time of a sequence."""
+        retry = str(max(1, math.ceil(self.mean_s * (self.pending + n) / self.limits.slots)))
+        ahead = max(0, self.pending - self.limits.slots)
+        return error(429, f"busy: {ahead} sequences waiting for a slot; retry later", headers={"Retry-After": retry})
+
+    def failure_body(self, reason: str) -> dict:
+        """The error a stream sends in place of a choice that timed out or failed."""
+        return json.loads(error(*refusal(reason, self.limits)).body)
+
+    def finished(self, arrived: float) -> None:
+        """A sequence is done (on the event loop): one fewer in flight, and the running mean takes its time."""
+        self.pending -= 1
+        self.mean_s = 0.8 * self.mean_s + 0.2 * (time.monotonic() - arrived)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    return error(exc.status_code, str(exc.detail))
+
+
+async def _server_error(request: Request, exc: Exception) -> JSONResponse:
+    return error(500, f"internal error: {first_line(exc)}")
+
+
+def create_app(server: Server) -> FastAPI:
+    """The app: its lifespan starts and stops ``server``, each route is one of its handlers."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        server.start()
+        yield
+        server.stop()
+
+    app = FastAPI(title="solomon", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _server_error)
+    app.get("/healthz")(server.healthz)
+    app.get("/readyz")(server.readyz)
+    app.get("/v1/provenance")(server.provenance)
+    app.get("/v1/models")(server.models)
+    # In the schema as plain text: a scraper (or a fuzzer) reads it like any other GET.
+    app.get("/metrics", response_class=PlainTextResponse)(server.metrics_text)
+    schema = {"required": True, "content": {"application/json": {"schema": request_schema(server.limits)}}}
+    app.post("/v1/completions", openapi_extra={"requestBody": schema})(server.completions)
+    app.add_middleware(CountRequests, metrics=server.metrics, paths=frozenset(route.path for route in app.routes))
     return app

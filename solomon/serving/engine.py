@@ -8,14 +8,14 @@ attention runs per row over that row's own positions. A prompt of at most ``slot
 prefilled the same way, each position a row, beside the other prompts admitted in the same step (one pass over the
 weights for all of them, not one each); a longer one runs alone, on its own shapes. Which way a prompt goes
 depends on its length only.
-A matmul's rounding may change with its row count (fp32 GEMMs on the Intel host differ below 16 rows; the bf16 ones
-do not), so the engine checks, when it starts, on its own model, cache, precision and threads: every power of two
-below ``slots`` runs random decode steps beside the full batch and is kept only if each row, in any order, with
-padding or without, comes out bitwise equal (``batch_sizes``; ``"fixed"`` runs only ``slots``, ``"load"`` exactly
-the active rows: faster at low load, but a row's rounding then depends on how many others run, which
-tests/test_engine.py shows). Each sequence samples with its own ``torch.Generator``, seeded by its request. Past
-``block_size`` the window slides as in ``solomon.model.sampling.generate``: the slot is recomputed over its last
-``block_size`` tokens.
+A matmul's rounding may change with its row count (on some host kinds fp32 GEMMs differ below a number of rows and
+bf16 ones do not: docs/serving.md names them), so the engine checks, when it starts, on its own model, cache,
+precision and threads: every power of two below ``slots`` runs random decode steps beside the full batch and is kept
+only if each row, in any order, with padding or without, comes out bitwise equal (``batch_sizes``; ``"fixed"`` runs
+only ``slots``, ``"load"`` exactly the active rows: faster at low load, but a row's rounding then depends on how
+many others run, which tests/test_engine.py shows). Each sequence samples with its own ``torch.Generator``, seeded
+by its request. Past ``block_size`` the window slides as in ``solomon.model.sampling.generate``: the slot is
+recomputed over its last ``block_size`` tokens.
 """
 
 from __future__ import annotations

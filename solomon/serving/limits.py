@@ -20,7 +20,6 @@ DEFAULT_PRECISION = PRECISIONS[0]  # every entry point's default: the precision 
 # The deployment's variables, read by the entry point (`solomon serve`), never by the serving library:
 IMAGE_DIGEST_ENV = "SOLOMON_IMAGE_DIGEST"  # the serving image's digest: an image cannot know its own
 EXPECT_DIGEST_ENV = "SOLOMON_EXPECT_DIGEST"  # the manifest digest the server must find
-HOLD_ENV = "SOLOMON_SERVE_HOLD_UNTIL"  # a test hook: verification waits until this file exists (/readyz 503 first)
 
 
 def _limit(default: float, help: str, option: str | None = None, **bounds: float) -> Any:

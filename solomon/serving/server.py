@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,16 +18,18 @@ import uvicorn
 
 from solomon.audit.workspace import IN_CACHE, IN_WORKSPACE
 from solomon.errors import SolomonError
-from solomon.serving.app import create_app
+from solomon.serving.app import Server, create_app
+from solomon.serving.hooks import NO_HOOKS, Hooks
 from solomon.serving.limits import DEFAULT_PRECISION, Limits
 from solomon.serving.loader import Served, load_verified
 from solomon.serving.precision import BF16_FALLBACK, PACKED
 
 
 @dataclass(frozen=True)
-class Source:
-    """What to serve: a run directory, or a registry reference; ``expect_digest`` pins the manifest;
-    ``dvc_lock=False``: ``root`` holds only the run's files, without a dvc.lock (the serving image)."""
+class ModelSource:
+    """Where the served model comes from, and how it is loaded: a run directory, or a registry alias (``model``:
+    ``models:/<name>@<alias>``); ``expect_digest`` pins the manifest; ``dvc_lock=False``: ``root`` holds only the
+    run's files, without a dvc.lock (the serving image)."""
 
     root: Path
     run_dir: Path | None = None
@@ -37,53 +38,54 @@ class Source:
     threads: int = 1
     precision: str = DEFAULT_PRECISION  # what the model computes in: fp32 or bf16 (solomon.serving.precision)
     dvc_lock: bool = True  # False: the root holds only the run's files (the serving image), no dvc.lock to compare
-    hold_until: Path | None = None  # a test hook (limits.HOLD_ENV): wait for this file before verifying
 
+    def load(self) -> Served:
+        """Verify, then load; a registry alias is resolved to its version's run and verified against its digest."""
+        if self.model is None:
+            return load_verified(
+                self.run_dir, self.root, self.expect_digest, self.threads, dvc_lock=self.dvc_lock,
+                precision=self.precision,
+            )  # fmt: skip
+        from solomon.tracking.registry import resolve  # imports mlflow: only when serving from the registry
 
-def load(source: Source) -> Served:
-    while source.hold_until is not None and not source.hold_until.exists():
-        time.sleep(0.05)
-    if source.model is None:
+        version = resolve(self.model, self.root)
+        if self.expect_digest not in (None, version.manifest_sha256):
+            raise SolomonError(f"{self.model} is manifest {version.manifest_sha256[:12]}…, not --expect-digest")
         return load_verified(
-            source.run_dir, source.root, source.expect_digest, source.threads, dvc_lock=source.dvc_lock,
-            precision=source.precision,
+            version.run_dir, self.root, version.manifest_sha256, self.threads, version.as_dict(), self.dvc_lock,
+            self.precision,
         )  # fmt: skip
-    from solomon.tracking.registry import resolve  # imports mlflow: only when serving from the registry
-
-    version = resolve(source.model, source.root)
-    if source.expect_digest not in (None, version.manifest_sha256):
-        raise SolomonError(f"{source.model} is manifest {version.manifest_sha256[:12]}…, not --expect-digest")
-    return load_verified(
-        version.run_dir, source.root, version.manifest_sha256, source.threads, version.as_dict(), source.dvc_lock,
-        source.precision,
-    )  # fmt: skip
 
 
 def serve(
-    load_model: Callable[[], Served], host: str, port: int, limits: Limits, image_digest: str | None = None
+    load_model: Callable[[], Served],
+    host: str,
+    port: int,
+    limits: Limits,
+    image_digest: str | None = None,
+    hooks: Hooks = NO_HOOKS,
 ) -> None:
-    """Serve what ``load_model`` loads (``partial(load, source)``: a verified run) until a signal; raises
-    SolomonError (one line) when it does not verify or load."""
-    failure: list[str] = []
+    """Serve what ``load_model`` loads (``ModelSource.load``: a verified run) until a signal; raises SolomonError
+    (one line) when it does not verify or load. ``hooks``: the test hooks the command read from the environment."""
 
-    def stop(message: str) -> None:
-        failure.append(message)
-        server.should_exit = True
+    def stop(message: str) -> None:  # the model did not verify or load: the listener stops, ``server.error`` says why
+        listener.should_exit = True
 
-    app = create_app(lambda: _announce(load_model(), host, port), limits, stop, image_digest)
+    server = Server(lambda: _announce(load_model(), host, port), limits, stop, image_digest, hooks)
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=None
-    )
-    server = uvicorn.Server(config)
+        create_app(server), host=host, port=port, log_level="warning", access_log=False, lifespan="on",
+        timeout_graceful_shutdown=None,
+    )  # fmt: skip
+    listener = uvicorn.Server(config)
     # uvicorn raises a captured SIGTERM again once it has drained; handled here, the drain ends in exit 0.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        server.run()
+        listener.run()
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if failure:
-        raise SolomonError(failure[0])
-    if not server.started:
+    if server.error:
+        raise SolomonError(server.error)
+    if not listener.started:
         raise SolomonError(f"could not listen on {host}:{port} (in use, or not an address here): pick another --port")
 
 

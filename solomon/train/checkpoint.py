@@ -24,7 +24,7 @@ import pickle
 import secrets
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,10 +32,9 @@ from typing import Any, Protocol
 
 import torch
 
-from solomon.atomic import staged_dir, tidy, write_json, write_with
+from solomon.atomic import no_crash, staged_dir, tidy, write_json, write_with
 from solomon.errors import SolomonError
 from solomon.hashing import sha256_file
-from solomon.train.hooks import NO_HOOKS, Hooks
 
 INDEX_FILE = "index.json"
 # Rank 0's mark in the directory at each start of a multi-rank run: a nonce every rank must find (a shared volume).
@@ -126,10 +125,9 @@ def load_file(path: Path) -> dict:
 
 
 class Checkpointer:
-    def __init__(self, directory: Path, keep: int, hooks: Hooks = NO_HOOKS) -> None:
+    def __init__(self, directory: Path, keep: int) -> None:
         self.directory = directory
         self.keep = keep
-        self.hooks = hooks
 
     @property
     def index_path(self) -> Path:
@@ -145,18 +143,26 @@ class Checkpointer:
             return {"checkpoints": [], "completed": False}
         return index
 
-    def save(self, step: int, components: Mapping[str, Stateful], metadata: Mapping[str, Any]) -> Path:
+    def save(
+        self,
+        step: int,
+        components: Mapping[str, Stateful],
+        metadata: Mapping[str, Any],
+        crash_point: Callable[[str], None] = no_crash,
+    ) -> Path:
         """Write the components' states (and ``metadata``: fingerprint, environment) as the checkpoint of
-        ``step``; list it in the index, and delete the ones beyond the newest ``keep``."""
+        ``step``; list it in the index, and delete the ones beyond the newest ``keep``. ``crash_point`` runs once
+        the file is written under a temporary name ("write"), once it is renamed into place ("index") and once the
+        index lists it ("prune"): the test hooks kill the process there."""
         state = {"step": step, **metadata, **{name: component.state_dict() for name, component in components.items()}}
         path = self.directory / checkpoint_name(step)
 
         def writer(tmp: Path) -> None:
             torch.save(state, tmp)
-            self.hooks.crash_point("checkpoint-write", step)
+            crash_point("write")
 
         write_with(path, writer)
-        self.hooks.crash_point("checkpoint-index", step)
+        crash_point("index")
         index = self.read_index()
         entries = [e for e in index["checkpoints"] if e["step"] != step]
         entries.append(
@@ -165,7 +171,7 @@ class Checkpointer:
         entries.sort(key=lambda e: e["step"])
         stale, kept = entries[: -self.keep], entries[-self.keep :]
         write_json(self.index_path, {**index, "checkpoints": kept, "completed": False})
-        self.hooks.crash_point("checkpoint-prune", step)
+        crash_point("prune")
         for entry in stale:
             (self.directory / entry["file"]).unlink(missing_ok=True)
         return path

@@ -24,8 +24,8 @@ from solomon.errors import SolomonError
 # for another reason (a hung peer), so that a job cannot wait forever.
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
 BACKEND = "gloo"  # the collectives' tensors are CPU tensors (NCCL would need them on a GPU)
-# torchrun's own variable: how many times it has restarted the group (0 on the first attempt). Read by the entry
-# point, which passes it in.
+# torchrun's own variable: how many times it has restarted the group (0 on the first attempt), read from the
+# environment the entry point passes to ``ProcessGroup.from_environment``.
 RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT"
 
 
@@ -54,6 +54,7 @@ def torchrun_command(
 class ProcessGroup:
     rank: int = 0
     world_size: int = 1
+    restart: int = 0  # how many times torchrun has restarted this process's group (0: the first attempt)
 
     @property
     def is_main(self) -> bool:
@@ -66,18 +67,19 @@ class ProcessGroup:
 
     @classmethod
     def from_environment(cls, expected_world_size: int, environ: Mapping[str, str]) -> ProcessGroup:
-        """Join the group torchrun describes in ``environ`` (the entry point's WORLD_SIZE, RANK, MASTER_ADDR …),
-        or stay a single process."""
+        """Join the group torchrun describes in ``environ`` (the entry point's WORLD_SIZE, RANK, MASTER_ADDR,
+        TORCHELASTIC_RESTART_COUNT …), or stay a single process."""
         world_size = int(environ.get("WORLD_SIZE", "1"))
+        restart = int(environ.get(RESTART_COUNT_ENV, "0"))
         if world_size != expected_world_size:
             raise SolomonError(
                 f"train.nproc is {expected_world_size} but this process is one of {world_size}: launch with "
                 f"`python stages/train.py …` (it starts torchrun itself) or set train.nproc to {world_size}"
             )
         if world_size == 1:
-            return cls()
+            return cls(restart=restart)
         dist.init_process_group(BACKEND, timeout=COLLECTIVE_TIMEOUT)
-        return cls(rank=dist.get_rank(), world_size=dist.get_world_size())
+        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), restart=restart)
 
     def any(self, flag: bool) -> bool:
         """True on every rank when ``flag`` is true on any rank."""

@@ -1,8 +1,9 @@
 """The train stage's test hooks, declared: named crash points, a pause, and batch recording.
 
-The loop and the checkpointer are handed a ``Hooks`` object, as they are handed a ``Tracker``; they never read
-the environment. The stage script builds it with ``Hooks.from_environment`` from these variables, which are the
-interface tests, the docs runner and ``solomon bench`` use to drive a real train process:
+The train stage hands a ``Hooks`` object to the loop's ``Recorder``, with the ``Tracker``: the loop calls the
+hooks of every rank, the recorder fires the crash points of rank 0's writes, and neither reads the environment.
+The stage script builds it with ``Hooks.from_environment`` from these variables, which are the
+interface tests, the docs runner and ``python -m lab bench`` use to drive a real train process:
 
 - ``SOLOMON_CRASH_AT=<point>:<step>`` SIGKILLs the process at that named point of that step, so a test can kill
   it at an exact moment with a real signal; with several ranks ``SOLOMON_CRASH_RANK`` (default 0) names the rank.
@@ -98,10 +99,13 @@ class Hooks:
             os.kill(os.getpid(), signal.SIGKILL)
 
     def write_points(self, prefix: str, step: int) -> Callable[[str], None]:
-        """The crash points of one atomic write (``solomon.atomic`` names its stages: staged, swap, written)."""
+        """The crash points ``<prefix>-<stage>`` of one write (``solomon.atomic`` names its stages staged, swap and
+        written; ``Checkpointer.save`` write, index and prune)."""
         return lambda stage: self.crash_point(f"{prefix}-{stage}", step)
 
-    def after_step(self, step: int) -> None:
+    def after_step(self, step: int, rank: int) -> None:
+        """The end of ``step`` on ``rank``: die at the "after-step" point, or pause, when the hooks say so."""
+        self.crash_point("after-step", step, rank)
         if self.pause_at is None or self.pause_at[0] != step:
             return
         release = self.pause_at[1]

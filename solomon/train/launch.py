@@ -18,7 +18,7 @@ from torch.distributed.run import main as torchrun
 # torchrun's agents share their rendezvous TCPStore with the workers by default, and that store outlives a restart
 # with the previous attempt's keys in it: a restarted rank can read a peer's old gloo address and fail ("Connection
 # refused"), using up the restart (pytorch/pytorch#135712: each agent counts its restarts alone, so no prefix keeps
-# attempts apart; seen in 6 of 13 lost-worker runs here). With sharing off, rank 0's worker hosts a new
+# attempts apart; docs/kubernetes.md says how often it happened). With sharing off, rank 0's worker hosts a new
 # store on a new port for every attempt.
 UNSHARED_STORE = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 RESUME = "the last checkpoint stays: the same command on every node (or `dvc repro` on one) resumes from it"

@@ -6,7 +6,7 @@ transposed) after dividing by its Frobenius norm (at least ``eps``), decoupled w
 then ``θ ← θ - γ' O`` with γ' from the ``adjust_lr_fn`` rule. Only the matrices' grouping differs: torch runs a
 Python loop of 2-D matmuls per matrix, this one ``baddbmm`` over the stack of every matrix of one shape. A tall
 stack is orthogonalised through a transposed view, as torch does each tall matrix: the first product then sees the
-same memory layout, and on the Intel AMX host it was measured on the result is torch's bit for bit. A batched
+same memory layout, and where it was measured the result is torch's bit for bit (docs/training.md). A batched
 GEMM may sum in another order than one matmul elsewhere, so equality is promised to fp32 tolerance only; the same
 inputs always give the same bytes. (Merging the MLP's up-projection, transposed, with its down-projection would save
 one more product but change that first layout, and with it the bits.)

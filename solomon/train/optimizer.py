@@ -5,8 +5,8 @@ Either way it is one object with ``param_groups``, ``zero_grad``, ``step``, ``st
 so the step (which sets every group's learning rate from the schedule), the schedule and the checkpointer do not
 know which. Muon scales its updates with ``adjust_lr_fn="match_rms_adamw"`` (RMS 0.2, Moonshot's rule) so that the
 learning rate and weight decay tuned for AdamW apply to both parts unchanged. The Muon is torch.optim.Muon:
-solomon/train/muon.py's BatchedMuon (the same update and state, one Newton-Schulz product per matrix shape)
-measured 9-18 % slower per optimiser step at the default shape on one thread (solomon/tools/bench/muon.py).
+solomon/train/muon.py's BatchedMuon (the same update and state, one Newton-Schulz product per matrix shape) was
+slower per optimiser step at the default shape (docs/training.md; lab/bench/muon.py times both).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class MuonWithAdamW:
 
     ``param_groups`` is Muon's groups then AdamW's (the same dicts, so setting a group's lr sets it in the optimiser
     that owns it); the state is both optimisers' states under their names, so it goes through the checkpoint.
-    ``muon_class`` is for ``solomon.tools.bench.muon``, which times BatchedMuon (the same arguments and state)
+    ``muon_class`` is for ``lab.bench.muon``, which times BatchedMuon (the same arguments and state)
     against torch's.
     """
 

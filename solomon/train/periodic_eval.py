@@ -1,24 +1,19 @@
 """Evaluation during training, every ``train.eval_interval`` steps: the loss on a fixed validation subset (windows
-spread over the whole val split, ``heldout.spread_windows``), which
-picks the best model (saved as the run's output) and drives early stopping, and sample generations from their
-own random stream."""
+spread over the whole val split, ``heldout.spread_windows``), which picks the best model (the recorder saves it as
+the run's output) and drives early stopping, and sample generations from their own random stream."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
 
 from solomon.evaluation.heldout import evaluate_tokens
-from solomon.model import weights
 from solomon.model.gpt import GPT
 from solomon.model.sampling import generate
 from solomon.params import Params
 from solomon.rng import sample_seed
 from solomon.train.early_stopping import EarlyStopping
-from solomon.train.hooks import NO_HOOKS, Hooks
 
 
 class PeriodicEvaluation:
@@ -30,8 +25,6 @@ class PeriodicEvaluation:
         byte_lengths: np.ndarray,
         eod_id: int,
         stopper: EarlyStopping,
-        best_dir: Path,
-        hooks: Hooks = NO_HOOKS,
     ) -> None:
         self.params = params
         self.val_tokens = val_tokens
@@ -39,12 +32,10 @@ class PeriodicEvaluation:
         self.byte_lengths = byte_lengths
         self.eod_id = eod_id
         self.stopper = stopper
-        self.best_dir = best_dir
-        self.hooks = hooks
 
     def __call__(self, model: GPT, step: int) -> dict:
-        """Evaluate ``model`` after ``step`` steps; save it to ``best_dir`` when it is a new best. Returns the
-        evaluation log's record."""
+        """Evaluate ``model`` after ``step`` steps. Returns the evaluation log's record, whose "best" says whether
+        it is the best model so far."""
         cfg = self.params.train
         model.eval()
         metrics = evaluate_tokens(
@@ -53,8 +44,6 @@ class PeriodicEvaluation:
         samples = [self._sample(model, step, index, prompt) for index, prompt in enumerate(cfg.samples.prompts)]
         model.train()
         improved = self.stopper.update(step, metrics["loss"])
-        if improved:
-            weights.save(model, self.best_dir, self.hooks.write_points("best", step))
         return {
             "step": step,
             "val_loss": metrics["loss"],

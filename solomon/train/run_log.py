@@ -11,15 +11,13 @@ from pathlib import Path
 
 from solomon.atomic import write_text
 from solomon.records import STEP_HEADER, VAL_LOSS_FILE, VAL_LOSS_HEADER, eval_line, step_line, val_loss_line
-from solomon.train.hooks import NO_HOOKS, Hooks
 
 
 class RunLog:
-    def __init__(self, steps_path: Path, evals_path: Path, hooks: Hooks = NO_HOOKS) -> None:
+    def __init__(self, steps_path: Path, evals_path: Path) -> None:
         self.steps_path = steps_path
         self.evals_path = evals_path
         self.val_loss_path = evals_path.with_name(VAL_LOSS_FILE)
-        self.hooks = hooks
         self.steps: list[dict] = []
         self.evals: list[dict] = []
 
@@ -31,13 +29,11 @@ class RunLog:
         self._steps_file = open(self.steps_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
         self._evals_file = open(self.evals_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
         self._val_loss_file = open(self.val_loss_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
-        self.hooks.crash_point("logs-open", len(self.steps))
 
     def step(self, row: dict) -> None:
         self.steps.append(row)
         self._steps_file.write(step_line(row))
         self._steps_file.flush()
-        self.hooks.crash_point("step-log", row["step"])
 
     def evaluation(self, record: dict) -> None:
         self.evals.append(record)
@@ -45,7 +41,6 @@ class RunLog:
         self._evals_file.flush()
         self._val_loss_file.write(val_loss_line(record))
         self._val_loss_file.flush()
-        self.hooks.crash_point("eval-log", record["step"])
 
     def close(self) -> None:
         self._steps_file.close()

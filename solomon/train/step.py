@@ -1,4 +1,4 @@
-"""One optimiser step, shared by the training loop and ``solomon bench`` (so the benchmark times the real step).
+"""One optimiser step, shared by the training loop and ``python -m lab bench`` (so the benchmark times the real step).
 
 ``accumulate_gradients`` backpropagates a step's micro-batches; ``train_step`` adds the learning rate, gradient
 clipping and the update around it.

@@ -1,0 +1,280 @@
+"""``python -m lab``: the commands for developing and measuring Solomon — bench (docs/performance.md), docs (the
+experiment pages), soak, smoke and chaos (the pipeline and server under load and kills), params and deps (the files
+written from the code). Each runs from the repository root, most through a ``make`` target."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from solomon.cli.arguments import POSITIVE_FLOAT, POSITIVE_INT, add_root
+from solomon.errors import SolomonError, run_main
+from solomon.records import PARAMS_FILE
+
+SOURCE_HELP = "repository to copy (default: the current directory)"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    smoke = commands.add_parser("smoke", help="run the whole pipeline on a tiny config in a scratch copy")
+    smoke.add_argument("--source", default=".", help=SOURCE_HELP)
+    smoke.add_argument("--keep", action="store_true", help="keep the scratch copy and print its path")
+    smoke.add_argument("--keep-run", help="copy the smoke run's report directory here (replacing what is there)")
+    smoke.set_defaults(func=_smoke)
+    chaotic = commands.add_parser(
+        "chaos", help="SIGKILL `dvc repro` 1-3 times at random moments per trial (tiny config); compare the bytes"
+    )
+    chaotic.add_argument("--trials", type=POSITIVE_INT, default=20, help="how many trials (default: 20)")
+    chaotic.add_argument("--seed", type=int, default=0, help="draws the kill moments: the same seed, the same kills")
+    chaotic.add_argument("--source", default=".", help=SOURCE_HELP)
+    chaotic.set_defaults(func=_chaos)
+    _register_written(commands)
+    bench = commands.add_parser("bench", help="tokens/s, GFLOP/s and MFU per variant; a real train stage's overheads")
+    bench.add_argument("--params", default=PARAMS_FILE, help=f"the params to benchmark (default: {PARAMS_FILE})")
+    bench.add_argument("--steps", type=POSITIVE_INT, default=20, help="timed steps per variant (after 3 warm-up steps)")
+    bench.add_argument("--stage-steps", type=int, default=200, help="steps of the timed real train stage (0: skip it)")
+    bench.add_argument("--out", default="reports/bench", help="where the JSON record goes")
+    bench.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile variants")
+    _register_bench_serving(bench)
+    bench.set_defaults(func=_bench)
+    _register_soak(commands)
+    docs = commands.add_parser("docs", help="the experiments behind docs/*.md").add_subparsers(
+        dest="docs_command", required=True
+    )
+    for name, text in (
+        ("run", "run a page's `dvc exp run` commands in a scratch copy, keep their results, redraw the page"),
+        ("render", "redraw pages (commands, tables, charts) from their checked-in results; no training"),
+    ):
+        command = docs.add_parser(name, help=text)
+        command.add_argument("page", nargs="*", help="pages of docs/experiments.yaml (default: all)")
+        add_root(command)
+        command.set_defaults(func=_docs)
+    nanogpt = docs.add_parser(
+        "nanogpt",
+        help="train nanoGPT (a checkout at the pinned commit) on the tokens for the wall time of the page's Solomon "
+        "run (`python -m lab docs run nanogpt` first), score it with Solomon's evaluator, redraw docs/nanogpt.md "
+        "(minutes)",
+    )
+    nanogpt.add_argument("--checkout", required=True, type=Path, help="a git checkout of karpathy/nanoGPT")
+    add_root(nanogpt)
+    nanogpt.set_defaults(func=_docs_nanogpt)
+
+
+def _register_bench_serving(bench: argparse.ArgumentParser) -> None:
+    from lab.bench import PARTS, SERVING_CLIENTS, SERVING_REQUESTS
+    from solomon.serving.limits import Limits
+
+    bench.add_argument(
+        "--only",
+        action="append",
+        choices=PARTS,
+        help="measure only this part (repeatable; default: all), e.g. `--only serving` (minutes)",
+    )
+    bench.add_argument(
+        "--serving-clients",
+        type=int,
+        nargs="+",
+        default=list(SERVING_CLIENTS),
+        help="the engine's concurrent streaming clients, one row each (default: "
+        f"{' '.join(map(str, SERVING_CLIENTS))}; 0: skip the serving part)",
+    )
+    bench.add_argument(
+        "--serving-requests",
+        type=POSITIVE_INT,
+        default=SERVING_REQUESTS,
+        help=f"completions per client and client count (default: {SERVING_REQUESTS})",
+    )
+    bench.add_argument(
+        "--serving-threads", type=POSITIVE_INT, default=1, help="torch threads of every serving row (default: 1)"
+    )
+    bench.add_argument(
+        "--slots", type=POSITIVE_INT, default=Limits.slots, help=f"the server's --slots (default: {Limits.slots})"
+    )
+
+
+def _register_soak(commands: argparse._SubParsersAction) -> None:
+    from lab import soak
+
+    command = commands.add_parser(
+        "soak", help="closed-loop clients against a served model for a while: errors, latency, the server's memory"
+    )
+    command.add_argument(
+        "--seconds", type=POSITIVE_FLOAT, default=soak.SECONDS, help=f"how long, in seconds (default: {soak.SECONDS:g})"
+    )
+    command.add_argument(
+        "--clients",
+        type=POSITIVE_INT,
+        default=soak.CLIENTS,
+        help=f"clients, each sending its next request once the last is answered (default: {soak.CLIENTS})",
+    )
+    command.add_argument(
+        "--max-tokens",
+        type=POSITIVE_INT,
+        default=soak.MAX_TOKENS,
+        help=f"max_tokens of each request (default: {soak.MAX_TOKENS})",
+    )
+    command.add_argument(
+        "--max-growth-mib",
+        type=POSITIVE_FLOAT,
+        default=soak.MAX_GROWTH_MIB,
+        help=f"fail when the server's RSS grows more than this from start to end (default: {soak.MAX_GROWTH_MIB:g})",
+    )
+    command.set_defaults(func=_soak)
+
+
+def _soak(args: argparse.Namespace) -> None:
+    from lab.soak import problems, soak, summary
+
+    result = soak(args.seconds, args.clients, args.max_tokens, report=lambda line: print(line, flush=True))
+    print(summary(result))
+    found = problems(result, args.max_growth_mib)
+    if found:
+        raise SolomonError("soak failed: " + "; ".join(found))
+    print("soak: passed")
+
+
+def _bench(args: argparse.Namespace) -> None:
+    from datetime import UTC, datetime
+
+    from lab.bench import PARTS
+    from lab.bench.report import measure
+    from solomon.atomic import write_json
+    from solomon.params import load_params
+
+    clients = tuple(args.serving_clients)
+    if any(count < 0 for count in clients) or (0 in clients and len(clients) > 1):
+        raise SolomonError(
+            f"--serving-clients {' '.join(map(str, clients))}: give client counts above 0, or 0 alone to skip serving"
+        )
+    serving = None if clients == (0,) else {
+        "clients": clients, "requests_per_client": args.serving_requests, "threads": args.serving_threads,
+        "slots": args.slots,
+    }  # fmt: skip
+    parts = tuple(part for part in PARTS if part in (args.only or PARTS))
+    params = load_params(args.params) if "throughput" in parts else None  # the other parts read no params
+    result = measure(
+        params, Path("."), args.steps, not args.skip_compile, args.stage_steps, serving, report=print, parts=parts
+    )
+    out = Path(args.out) / f"{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
+    write_json(out, result)
+    print(f"written: {out}")
+
+
+def _docs_nanogpt(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from lab.nanogpt import page
+    from lab.nanogpt.run import beside, nanogpt_environment
+
+    root = Path(args.root).resolve()
+    solomon = page.solomon_result(root / "docs")
+    with tempfile.TemporaryDirectory(prefix="solomon-nanogpt-") as scratch:
+        record = beside(solomon, args.checkout.resolve(), root, Path(scratch), nanogpt_environment(os.environ))
+    print(f"nanogpt: {record['wall_s']} s, val {record['metrics']['val']['bits_per_byte']} bits per byte")
+    print(f"docs: {page.save_record(root / 'docs', record)}")
+    print(f"docs: {page.render(root / 'docs')}")
+    if notice := page.stale(record, solomon):
+        print(f"docs: warning: {notice}", file=sys.stderr)
+
+
+def _docs(args: argparse.Namespace) -> None:
+    import tempfile
+
+    from lab.experiments.render import render_page
+    from lab.experiments.results import data_dir, stale_runs
+    from lab.experiments.runner import run_page
+    from lab.experiments.spec import SPEC, load_spec, read_params
+    from lab.nanogpt import page as nanogpt_page
+
+    root = Path(args.root).resolve()
+    spec = load_spec(root / SPEC)
+    pages = args.page or list(spec["pages"])
+    unknown = [page for page in pages if page not in spec["pages"]]
+    if unknown:
+        raise SolomonError(f"no page {unknown[0]!r} in {SPEC}: choose from {', '.join(spec['pages'])}")
+    params = read_params(root)
+    docs = root / SPEC.parent
+    for page in pages:
+        if args.docs_command == "run":
+            with tempfile.TemporaryDirectory(prefix=f"solomon-docs-{page}-") as scratch:
+                measured = run_page(spec, page, root, Path(scratch) / "repo", data_dir(docs, page))
+            for run, figures in measured.items():
+                rss = f", peak RSS {figures['peak_rss_mib']} MiB" if "peak_rss_mib" in figures else ""
+                print(f"{page}/{run}: {figures['wall_s']} s{rss}")
+        print(f"docs: {render_page(spec, page, docs, params)}")
+        if page == nanogpt_page.SOLOMON_RUN[0] and (drawn := nanogpt_page.render(docs)):
+            print(f"docs: {drawn}")  # the page drawn beside this one's run; it says so itself when it is stale
+        for line in stale_runs(spec, page, docs, params):
+            print(f"docs: warning: {line}: rerun `python -m lab docs run {page}`", file=sys.stderr)
+
+
+def _smoke(args: argparse.Namespace) -> None:
+    from lab.smoke import smoke
+
+    keep_run = Path(args.keep_run).resolve() if args.keep_run else None
+    result = smoke(Path(args.source).resolve(), keep=args.keep, keep_run=keep_run)
+    print(json.dumps(result, indent=2))
+
+
+def _chaos(args: argparse.Namespace) -> None:
+    from lab.chaos import chaos
+
+    result = chaos(Path(args.source).resolve(), args.trials, args.seed, report=lambda line: print(line, flush=True))
+    repaired = f"; {result['lock_repaired']} needed dvc.lock repaired first" if result["lock_repaired"] else ""
+    print(f"chaos: {result['identical']}/{result['trials']} trials bit-identical (seed {result['seed']}{repaired})")
+    if result["identical"] != result["trials"]:
+        raise SystemExit(1)
+
+
+def _register_written(commands: argparse._SubParsersAction) -> None:
+    for name, text in (
+        ("params", "params.yaml's comments and docs/params.md, rendered from solomon/params.py (values kept)"),
+        ("deps", "dvc.yaml's code deps, written from each stage script's import closure"),
+    ):
+        command = commands.add_parser(name, help=text, description=text)
+        add_root(command)
+        mode = command.add_mutually_exclusive_group()
+        mode.add_argument("--write", action="store_true", help="rewrite what is stale")
+        mode.add_argument("--check", action="store_true", help="exit 1 naming what is stale (the default)")
+        command.set_defaults(func=_params if name == "params" else _deps)
+
+
+def _params(args: argparse.Namespace) -> None:
+    from lab import params_files
+
+    root = Path(args.root)
+    if args.write:
+        changed = params_files.write(root)
+        print(f"params: wrote {', '.join(changed)}" if changed else "params: params.yaml and docs/params.md are fresh")
+        return
+    _report("params", params_files.stale(root))
+
+
+def _deps(args: argparse.Namespace) -> None:
+    from lab import stage_deps
+    from solomon.records import DVC_YAML
+
+    root = Path(args.root)
+    if args.write:
+        print(f"deps: {'wrote' if stage_deps.write(root) else 'fresh:'} {DVC_YAML}")
+        return
+    _report("deps", [] if stage_deps.is_fresh(root) else [DVC_YAML])
+
+
+def _report(command: str, stale: list[str]) -> None:
+    if stale:
+        raise SystemExit(f"{command}: stale {', '.join(stale)}: run `python -m lab {command} --write`")
+    print(f"{command}: fresh")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    run_main(lambda: args.func(args))
