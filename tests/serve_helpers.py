@@ -75,3 +75,51 @@ def stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
         process.wait(timeout=30)
+
+
+class LyingProxy:
+    """A real HTTP proxy on loopback in front of a server, that rewrites what the server says about itself (its
+    /v1/provenance and every completion's ``system_fingerprint`` and ``model``) to ``claims`` — a deployment that
+    says one run's digest while another run's weights compute — and passes everything else through."""
+
+    def __init__(self, backend_port: int, claims: dict) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._forward(None)
+
+            def do_POST(self) -> None:
+                self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+            def _forward(self, body: bytes | None) -> None:
+                connection = http.client.HTTPConnection("127.0.0.1", backend_port, timeout=60)
+                connection.request(self.command, self.path, body=body, headers={"Content-Type": "application/json"})
+                answer = connection.getresponse()
+                payload = json.loads(answer.read())
+                connection.close()
+                if self.path == "/v1/provenance":
+                    payload |= {k: v for k, v in proxy.claims.items() if k in payload}
+                elif "system_fingerprint" in payload:
+                    payload |= {"system_fingerprint": proxy.claims["manifest_sha256"], "model": proxy.claims["run_id"]}
+                data = json.dumps(payload).encode()
+                self.send_response(answer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.claims = claims
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -10,14 +10,16 @@ from pathlib import Path
 
 from solomon.cli.arguments import (
     POSITIVE_INT,
+    RUN_HELP,
     add_dvc_lock,
     add_root,
     add_run_arguments,
     number,
+    run_directory,
     run_of,
 )
 from solomon.errors import SolomonError
-from solomon.records import PARAMS_FILE
+from solomon.records import PARAMS_FILE, RunFiles
 from solomon.serving.limits import (
     DEFAULT_PRECISION,
     EXPECT_DIGEST_ENV,
@@ -48,6 +50,24 @@ def register(commands: argparse._SubParsersAction) -> None:
     lineage.add_argument(
         "--model",
         help="with --url, the alias the server must serve: models:/<name>@<alias> (default: promote.* in params.yaml)",
+    )
+    answers = lineage.add_mutually_exclusive_group()
+    answers.add_argument(
+        "--answers-only",
+        action="store_true",
+        help="with --url: only challenge the server's answers against a run's verified weights (--run, default: the "
+        "alias's run), trusting nothing it says; a URL ending in /invocations is MLflow's (text only)",
+    )
+    answers.add_argument(
+        "--identify",
+        action="store_true",
+        help="with --url: challenge the server against every run here and name the one whose weights answer",
+    )
+    lineage.add_argument("--run", help=f"with --answers-only, the run to challenge the server against; {RUN_HELP}")
+    lineage.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        help="what the server computes in, which sets the answers' tolerance (default: its /v1/provenance, else fp32)",
     )
     add_root(lineage)
     lineage.set_defaults(func=_lineage)
@@ -166,8 +186,20 @@ def _lineage(args: argparse.Namespace) -> None:
     root = Path(args.root)
     if args.export and args.model:
         raise SolomonError("--model names the alias a server must serve: give it with --url, not --export")
+    if args.export and (args.answers_only or args.identify):
+        raise SolomonError("--answers-only and --identify challenge a live server: give them with --url")
+    if args.run and not args.answers_only:
+        raise SolomonError("--run names the run --answers-only challenges a server against: give both, or neither")
+    if args.identify:
+        _identify(args, root)
+        return
     try:
-        chain = _export_chain(Path(args.export), root) if args.export else _server_chain(args, root)
+        if args.export:
+            chain = _export_chain(Path(args.export), root)
+        elif args.answers_only:
+            chain = _answers_chain(args, root)
+        else:
+            chain = _server_chain(args, root)
     except Broken as broken:
         print(f"lineage broken at {broken}")
         raise SystemExit(1) from None
@@ -182,10 +214,48 @@ def _export_chain(export_dir: Path, root: Path) -> list[tuple[str, str]]:
     return export_lineage(export_dir, root)
 
 
-def _server_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
+def _reference(args: argparse.Namespace, root: Path) -> str:
     from solomon.params import PromoteParams, load_params
-    from solomon.serving.lineage import lineage
 
     params_path = root / PARAMS_FILE
     policy = load_params(params_path).promote if params_path.is_file() else PromoteParams()
-    return lineage(args.url, args.model or f"models:/{policy.model_name}@{policy.alias}", root)
+    return args.model or f"models:/{policy.model_name}@{policy.alias}"
+
+
+def _server_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
+    from solomon.serving.lineage import lineage
+
+    return lineage(args.url, _reference(args, root), root, args.precision)
+
+
+def _answers_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
+    from solomon.serving.lineage import Broken, answers_link
+
+    if args.run:
+        run_dir = run_directory(root, args.run)
+    else:
+        from solomon.tracking.registry import resolve  # imports mlflow
+
+        try:
+            run_dir = resolve(_reference(args, root), root).run_dir
+        except Exception as exc:
+            raise Broken("registry", f"{exc} (or name the run: --run)") from None
+    return [("run", str(run_dir)), answers_link(args.url, run_dir, root, precision=args.precision)]
+
+
+def _identify(args: argparse.Namespace, root: Path) -> None:
+    from solomon.params import runs_root
+    from solomon.serving.lineage import identify
+
+    base = root / runs_root(root)
+    candidates = sorted(path for path in base.glob("*") if (path / RunFiles.MANIFEST).is_file())
+    if not candidates:
+        raise SolomonError(f"no runs in {base} to try: run the pipeline first, or give --root")
+    table = identify(args.url, candidates, root, args.precision)
+    for run, verdict in table:
+        print(f"{run:<28}{verdict}")
+    holding = [run for run, verdict in table if verdict.startswith("holds")]
+    if len(holding) != 1:
+        print(f"identify: {'none' if not holding else 'several: ' + ', '.join(holding)} of {len(table)} runs answers")
+        raise SystemExit(1)
+    print(f"identify: {holding[0]} answers")

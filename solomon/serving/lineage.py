@@ -5,7 +5,9 @@ deployment gave the server, when it did) → registry version and alias (its ``m
 digest the server serves) → then the tail ``run_links`` shares with an export's chain
 (``solomon.export.lineage``): manifest (the run directory verifies against that digest, every subject hashed) →
 run id (server, registry tag and manifest agree) → weights (the server's SHA256 is the manifest's), tokenizer,
-corpus, params, git commit, requirements lock (as the verified manifest records them).
+corpus, params, git commit, requirements lock (as the verified manifest records them) → answers: fresh challenge
+prompts answered by the server and recomputed here from the run's verified weights (``solomon.serving.answers``),
+the one link that rests on what the server computes rather than on what it says.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from pathlib import Path
 from solomon import records
 from solomon.audit.verify import summary, verify
 from solomon.audit.workspace import IN_CACHE
+from solomon.errors import SolomonError
 from solomon.provenance import uncommitted_note
 from solomon.records import RunFiles
+from solomon.serving.answers import Verdict, check_completions, check_texts, draw
+from solomon.serving.generate import Completer
 from solomon.serving.limits import IMAGE_DIGEST_ENV
+from solomon.serving.loader import load_verified
 
 
 class Broken(Exception):
@@ -48,7 +54,7 @@ def _subject_line(statement: dict, role: str) -> str:
     return ", ".join(f"{s['name']} sha256 {s['digest']['sha256']}" for s in found) or "(none)"
 
 
-def lineage(url: str, reference: str, root: Path) -> list[tuple[str, str]]:
+def lineage(url: str, reference: str, root: Path, precision: str | None = None) -> list[tuple[str, str]]:
     """The chain as (link, what holds) pairs; raises Broken at the first link that does not hold."""
     from solomon.tracking.registry import resolve  # imports mlflow
 
@@ -75,7 +81,78 @@ def lineage(url: str, reference: str, root: Path) -> list[tuple[str, str]]:
     chain.append(("registry", f"{reference} = version {version.version}, tag manifest.sha256 {served}"))
 
     ids = {"server": provenance.get("run_id"), "registry tag": version.run_id}
-    return chain + run_links(version.run_dir, served, root, ids, ("server", provenance.get("weights_sha256")))
+    chain += run_links(version.run_dir, served, root, ids, ("server", provenance.get("weights_sha256")))
+    return [*chain, answers_link(url, version.run_dir, root, served, precision)]
+
+
+def answers_link(
+    url: str, run_dir: Path, root: Path, digest: str | None = None, precision: str | None = None
+) -> tuple[str, str]:
+    """The answers link: ``run_dir`` (verified, against ``digest`` when given) challenged at ``url``; raises Broken
+    when the answers leave its weights."""
+    verdict, nonce = challenge(url, run_dir, root, digest, precision)
+    if not verdict.holds:
+        raise Broken("answers", f"{verdict.line()} (nonce {nonce})")
+    return "answers", f"{verdict.line()} (nonce {nonce})"
+
+
+def challenge(
+    url: str, run_dir: Path, root: Path, digest: str | None = None, precision: str | None = None
+) -> tuple[Verdict, str]:
+    """Fresh prompts to the server at ``url`` against ``run_dir``'s verified weights: the verdict and its nonce.
+    ``url`` ending in ``/invocations`` is MLflow's scoring endpoint (text only); anything else is the base of an
+    OpenAI-style server. ``precision`` is what the server computes in (default: what its /v1/provenance says, else
+    fp32): it sets the tolerance only, so a server claiming bf16 is held to the looser bound, never excused."""
+    try:
+        served = load_verified(run_dir, root, expect_digest=digest)
+    except SolomonError as exc:  # the run does not verify
+        raise Broken("answers", f"the run's weights do not load: {exc}") from None
+    drawn = draw(served.tokenizer)
+    base = url.rstrip("/")
+    args = (served.model, served.tokenizer, served.stop_id)
+    if base.endswith("/invocations"):
+        completer = Completer(served)
+        tokens = drawn.answer_tokens
+        local = lambda prompt, seed: completer.complete(prompt, tokens, seed=seed)  # noqa: E731
+        return check_texts(drawn, lambda prompts, seeds: _invocations(base, prompts, seeds, tokens), local), drawn.nonce
+    precision = precision or _claimed_precision(base)
+    ask = lambda body: _http(f"{base}/v1/completions", body)  # noqa: E731
+    return check_completions(drawn, ask, *args, precision=precision), drawn.nonce
+
+
+def _claimed_precision(base: str) -> str:
+    try:
+        claimed = _http(f"{base}/v1/provenance").get("precision")
+    except Broken:
+        return "fp32"
+    return claimed if claimed in ("fp32", "bf16") else "fp32"
+
+
+def _invocations(url: str, prompts: list[str], seeds: list[int], tokens: int) -> list[str]:
+    """Each prompt sampled with its seed (the run's own temperature and top-k) by MLflow's pyfunc server."""
+    texts = []
+    for prompt, seed in zip(prompts, seeds, strict=True):
+        body = {
+            "dataframe_split": {"columns": ["prompt"], "data": [[prompt]]},
+            "params": {"max_tokens": tokens, "seed": seed},
+        }
+        predictions = _http(url, body).get("predictions")
+        if not isinstance(predictions, list) or len(predictions) != 1:
+            raise Broken("answers", f"{url} answered no list of one prediction")
+        texts.append(str(predictions[0]))
+    return texts
+
+
+def identify(url: str, run_dirs: list[Path], root: Path, precision: str | None = None) -> list[tuple[str, str]]:
+    """Each candidate run's verdict against the server at ``url``, as (run, verdict line) pairs."""
+    table = []
+    for run_dir in run_dirs:
+        try:
+            verdict, _ = challenge(url, run_dir, root, None, precision)
+            table.append((run_dir.name, ("holds: " if verdict.holds else "no: ") + verdict.line()))
+        except Broken as broken:
+            table.append((run_dir.name, f"no: {broken}"))
+    return table
 
 
 def run_links(
