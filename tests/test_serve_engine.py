@@ -85,6 +85,20 @@ def test_same_text_at_any_load_streaming_logprobs_echo_n_and_the_schema(repo_cop
             for key, entries in choice["logprobs"].items():
                 assert [entry for piece in pieces for entry in piece["logprobs"][key]] == entries, key
 
+        # What common OpenAI clients send: stream_options.include_usage ends the stream with a usage chunk (no
+        # choices); stream_options without a stream is refused in one line; chat answers in one line where to go.
+        body = ASK | {"max_tokens": 6, "n": 2}
+        whole = request(port, "POST", "/v1/completions", body)[1]
+        streamed = events(port, body | {"stream_options": {"include_usage": True}})
+        assert streamed[-1] == "[DONE]" and streamed[-2]["choices"] == [] and streamed[-2]["usage"] == whole["usage"]
+        assert all("usage" not in e for e in streamed[:-2])
+        status, refused, _ = request(port, "POST", "/v1/completions", ASK | {"stream_options": {"include_usage": True}})
+        assert status == 400 and refused["error"]["message"] == "stream_options: only with stream: true", refused
+        status, chat, _ = request(
+            port, "POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}
+        )
+        assert status == 404 and "POST /v1/completions with a prompt" in chat["error"]["message"], chat
+
         nucleus = ASK | {"top_p": 0.5}
         assert (
             request(port, "POST", "/v1/completions", nucleus)[1]["choices"]

@@ -178,6 +178,15 @@ class Server:
         self.mean_s = 0.8 * self.mean_s + 0.2 * (time.monotonic() - arrived)
 
 
+async def _no_chat(request: Request) -> JSONResponse:
+    """Chat clients find out in one line why there is no chat here, and where to go instead."""
+    return error(
+        404,
+        "this server has a base model, trained on plain text without chat turns: it has no /v1/chat/completions; "
+        "POST /v1/completions with a prompt to continue",
+    )
+
+
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return error(exc.status_code, str(exc.detail))
 
@@ -206,5 +215,6 @@ def create_app(server: Server) -> FastAPI:
     app.get("/metrics", response_class=PlainTextResponse)(server.metrics_text)
     schema = {"required": True, "content": {"application/json": {"schema": request_schema(server.limits)}}}
     app.post("/v1/completions", openapi_extra={"requestBody": schema})(server.completions)
+    app.post("/v1/chat/completions", include_in_schema=False)(_no_chat)
     app.add_middleware(CountRequests, metrics=server.metrics, paths=frozenset(route.path for route in app.routes))
     return app

@@ -100,18 +100,24 @@ def _envelope(served: Served, completion_id: str, created: int) -> dict:
     }
 
 
-def body(served: Served, job: Job, choices: list[Choice], completion_id: str, created: int) -> dict:
+def usage(job: Job, choices: list[Choice]) -> dict:
     prompt_tokens, completion_tokens = len(job.prompt_ids), sum(len(choice.ids) for choice in choices)
+    total = prompt_tokens + completion_tokens
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total}
+
+
+def body(served: Served, job: Job, choices: list[Choice], completion_id: str, created: int) -> dict:
     return {
         **_envelope(served, completion_id, created),
         "seed": job.seed,  # not in OpenAI's schema: the seed that makes this text again
         "choices": [choice.as_dict() for choice in choices],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        "usage": usage(job, choices),
     }
+
+
+def usage_chunk(served: Served, job: Job, choices: list[Choice], completion_id: str, created: int) -> dict:
+    """A stream's last chunk when the client asked for ``stream_options.include_usage``: no choices, the usage."""
+    return {**_envelope(served, completion_id, created), "choices": [], "usage": usage(job, choices)}
 
 
 def chunk(served: Served, completion_id: str, created: int, index: int, text: str, logprobs, finish) -> dict:

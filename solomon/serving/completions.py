@@ -5,8 +5,9 @@ request, so a seed gives the same text here as in ``solomon generate`` with the 
 
 Supported: ``prompt`` (one string), ``max_tokens``, ``temperature`` (0 means greedy), ``top_k``, ``top_p``
 (nucleus), ``seed``, ``stop`` (a string or up to 4), ``n`` (up to ``MAX_N``; choice i uses seed + i),
-``logprobs`` (the top ``MAX_LOGPROBS`` at most), ``echo``, ``stream`` (server-sent events), ``model`` and ``user``
-(accepted, not used). Any other field is refused.
+``logprobs`` (the top ``MAX_LOGPROBS`` at most), ``echo``, ``stream`` (server-sent events), ``stream_options``
+(``include_usage``: a last chunk with the usage, as OpenAI sends it), ``model`` and ``user`` (accepted, not used).
+Any other field is refused.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ class TimedOut(Exception):
     """The request's deadline passed before its completion was done."""
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    include_usage: bool = False
+
+
 class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -55,6 +62,7 @@ class CompletionRequest(BaseModel):
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     stop: str | list[str] | None = None
     stream: bool = False
+    stream_options: StreamOptions | None = None
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     echo: bool = False
     user: str | None = None
@@ -141,6 +149,7 @@ class Job:
     logprobs: int | None
     echo: bool
     stream: bool
+    include_usage: bool = False  # a stream ends with a chunk carrying the usage
 
     def seed_of(self, index: int) -> int:
         """Choice ``index``'s seed: the text a request with this seed and n = 1 gets."""
@@ -168,10 +177,13 @@ def prepare(served: Served, request: CompletionRequest, limits: Limits) -> Job:
     top_k = served.samples["top_k"] if request.top_k is None else request.top_k
     if temperature == 0:  # greedy: only the most likely token survives top-k
         temperature, top_k = 1.0, 1
+    if request.stream_options is not None and not request.stream:
+        raise RequestError("stream_options", "stream_options: only with stream: true")
     stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     seed = secrets.randbelow(MAX_SEED + 1) if request.seed is None else request.seed
     top_p = 1.0 if request.top_p is None else request.top_p
     return Job(
         request.prompt, prompt_ids, max_tokens, temperature, top_k, top_p, seed, stops, request.n,
         request.logprobs, request.echo, request.stream,
+        request.stream_options is not None and request.stream_options.include_usage,
     )  # fmt: skip

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 
-from solomon.serving.choices import Choice, body, chunk
+from solomon.serving.choices import Choice, body, chunk, usage_chunk
 from solomon.serving.completions import Job
 from solomon.serving.engine import Engine, Sequence
 from solomon.serving.loader import Served
@@ -146,6 +146,9 @@ class Running:
                             yield f"data: {json.dumps(data)}\n\n"
                     else:
                         yield f"data: {json.dumps(failure(reason))}\n\n"
+            if self.job.include_usage:
+                data = usage_chunk(self.served, self.job, self.choices, self.id, self.created)
+                yield f"data: {json.dumps(data)}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             self.cancel()  # a client gone mid-stream: its slots go back at the next step
