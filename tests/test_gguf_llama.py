@@ -78,3 +78,62 @@ def test_llama_cpp_runs_the_gguf_export_with_solomons_tokens_logits_and_greedy_t
         assert theirs.detokenize(expected).decode() == tokenizer.decode(expected), prompt
     print(f"llama.cpp {llama_cpp.__version__} vs Solomon, max abs logit difference (fp32): {worst:.3g}")
     assert worst < LOGIT_TOLERANCE
+
+
+def test_llama_cpps_own_server_on_the_gguf_answers_as_the_run_and_not_as_another(
+    llama_cpp, repo_copy: Path, tmp_path: Path
+) -> None:
+    """`python -m llama_cpp.server` on a run's GGUF export, challenged from its answers alone: it holds for that run
+    within llama.cpp's measured fp32 difference and is caught when challenged as another run's."""
+    import subprocess
+    import sys
+
+    from conftest import dvc, wait_until
+    from serve_helpers import SOLOMON, free_port
+
+    from lab.scratch import write_params
+    from solomon.pipeline import pipeline_env
+
+    first = latest_run_dir(repo_copy)
+    path = export_gguf(first, repo_copy, tmp_path / "gguf")
+    write_params(repo_copy, {"train": {"seed": 7}})
+    dvc(repo_copy, "repro")
+    second = latest_run_dir(repo_copy)
+    assert second != first
+    block = weights.load(repo_copy / "models").config.block_size
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", "127.0.0.1", "--port", str(port),
+         "--n_ctx", str(block), "--n_threads", "1", "--logits_all", "true", "--verbose", "false"],
+        env=pipeline_env(), stdout=subprocess.DEVNULL, stderr=open(tmp_path / "llama.log", "w"), text=True,  # noqa: SIM115
+    )  # fmt: skip
+    try:
+        wait_until(lambda: _models(port), "llama.cpp's server to answer", process=server, timeout=120, interval=1)
+        url = f"http://127.0.0.1:{port}"
+        tolerance = str(2 * LOGIT_TOLERANCE)  # |Δ logprob| ≤ |Δ logit| + |Δ log-sum-exp| ≤ 2 max |Δ logit|
+
+        def lineage(run: Path) -> subprocess.CompletedProcess:
+            return subprocess.run(
+                [SOLOMON, "lineage", "--url", url, "--answers-only", "--run", run.name, "--tolerance", tolerance],
+                cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True,
+            )  # fmt: skip
+
+        holds = lineage(first)
+        print(holds.stdout)
+        assert holds.returncode == 0 and "tokens equal over 8 fresh prompts, max |Δ logprob|" in holds.stdout
+        caught = lineage(second)
+        print(caught.stdout)
+        assert caught.returncode == 1 and caught.stdout.startswith("lineage broken at answers: prompt "), caught.stdout
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _models(port: int) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False

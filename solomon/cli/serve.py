@@ -69,6 +69,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         choices=("fp32", "bf16"),
         help="what the server computes in, which sets the answers' tolerance (default: its /v1/provenance, else fp32)",
     )
+    lineage.add_argument(
+        "--tolerance",
+        type=number(float, above=0),
+        help="the largest |Δ logprob| the answers may show, instead of --precision's (for a server of another "
+        "implementation: measure it, as `make gguf-check` does for llama.cpp)",
+    )
     add_root(lineage)
     lineage.set_defaults(func=_lineage)
 
@@ -225,7 +231,7 @@ def _reference(args: argparse.Namespace, root: Path) -> str:
 def _server_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
     from solomon.serving.lineage import lineage
 
-    return lineage(args.url, _reference(args, root), root, args.precision)
+    return lineage(args.url, _reference(args, root), root, args.precision, args.tolerance)
 
 
 def _answers_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
@@ -240,7 +246,7 @@ def _answers_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]
             run_dir = resolve(_reference(args, root), root).run_dir
         except Exception as exc:
             raise Broken("registry", f"{exc} (or name the run: --run)") from None
-    return [("run", str(run_dir)), answers_link(args.url, run_dir, root, precision=args.precision)]
+    return [("run", str(run_dir)), answers_link(args.url, run_dir, root, None, args.precision, args.tolerance)]
 
 
 def _identify(args: argparse.Namespace, root: Path) -> None:
@@ -251,7 +257,7 @@ def _identify(args: argparse.Namespace, root: Path) -> None:
     candidates = sorted(path for path in base.glob("*") if (path / RunFiles.MANIFEST).is_file())
     if not candidates:
         raise SolomonError(f"no runs in {base} to try: run the pipeline first, or give --root")
-    table = identify(args.url, candidates, root, args.precision)
+    table = identify(args.url, candidates, root, args.precision, args.tolerance)
     for run, verdict in table:
         print(f"{run:<28}{verdict}")
     holding = [run for run, verdict in table if verdict.startswith("holds")]

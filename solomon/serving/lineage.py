@@ -54,7 +54,9 @@ def _subject_line(statement: dict, role: str) -> str:
     return ", ".join(f"{s['name']} sha256 {s['digest']['sha256']}" for s in found) or "(none)"
 
 
-def lineage(url: str, reference: str, root: Path, precision: str | None = None) -> list[tuple[str, str]]:
+def lineage(
+    url: str, reference: str, root: Path, precision: str | None = None, tolerance: float | None = None
+) -> list[tuple[str, str]]:
     """The chain as (link, what holds) pairs; raises Broken at the first link that does not hold."""
     from solomon.tracking.registry import resolve  # imports mlflow
 
@@ -82,27 +84,38 @@ def lineage(url: str, reference: str, root: Path, precision: str | None = None) 
 
     ids = {"server": provenance.get("run_id"), "registry tag": version.run_id}
     chain += run_links(version.run_dir, served, root, ids, ("server", provenance.get("weights_sha256")))
-    return [*chain, answers_link(url, version.run_dir, root, served, precision)]
+    return [*chain, answers_link(url, version.run_dir, root, served, precision, tolerance)]
 
 
 def answers_link(
-    url: str, run_dir: Path, root: Path, digest: str | None = None, precision: str | None = None
+    url: str,
+    run_dir: Path,
+    root: Path,
+    digest: str | None = None,
+    precision: str | None = None,
+    tolerance: float | None = None,
 ) -> tuple[str, str]:
     """The answers link: ``run_dir`` (verified, against ``digest`` when given) challenged at ``url``; raises Broken
     when the answers leave its weights."""
-    verdict, nonce = challenge(url, run_dir, root, digest, precision)
+    verdict, nonce = challenge(url, run_dir, root, digest, precision, tolerance)
     if not verdict.holds:
         raise Broken("answers", f"{verdict.line()} (nonce {nonce})")
     return "answers", f"{verdict.line()} (nonce {nonce})"
 
 
 def challenge(
-    url: str, run_dir: Path, root: Path, digest: str | None = None, precision: str | None = None
+    url: str,
+    run_dir: Path,
+    root: Path,
+    digest: str | None = None,
+    precision: str | None = None,
+    tolerance: float | None = None,
 ) -> tuple[Verdict, str]:
     """Fresh prompts to the server at ``url`` against ``run_dir``'s verified weights: the verdict and its nonce.
     ``url`` ending in ``/invocations`` is MLflow's scoring endpoint (text only); anything else is the base of an
     OpenAI-style server. ``precision`` is what the server computes in (default: what its /v1/provenance says, else
-    fp32): it sets the tolerance only, so a server claiming bf16 is held to the looser bound, never excused."""
+    fp32): it sets the tolerance only, so a server claiming bf16 is held to the looser bound, never excused;
+    ``tolerance`` replaces it (a server of another implementation, whose kernels round otherwise)."""
     try:
         served = load_verified(run_dir, root, expect_digest=digest)
     except SolomonError as exc:  # the run does not verify
@@ -117,7 +130,7 @@ def challenge(
         return check_texts(drawn, lambda prompts, seeds: _invocations(base, prompts, seeds, tokens), local), drawn.nonce
     precision = precision or _claimed_precision(base)
     ask = lambda body: _http(f"{base}/v1/completions", body)  # noqa: E731
-    return check_completions(drawn, ask, *args, precision=precision), drawn.nonce
+    return check_completions(drawn, ask, *args, precision=precision, tolerance=tolerance), drawn.nonce
 
 
 def _claimed_precision(base: str) -> str:
@@ -143,12 +156,14 @@ def _invocations(url: str, prompts: list[str], seeds: list[int], tokens: int) ->
     return texts
 
 
-def identify(url: str, run_dirs: list[Path], root: Path, precision: str | None = None) -> list[tuple[str, str]]:
+def identify(
+    url: str, run_dirs: list[Path], root: Path, precision: str | None = None, tolerance: float | None = None
+) -> list[tuple[str, str]]:
     """Each candidate run's verdict against the server at ``url``, as (run, verdict line) pairs."""
     table = []
     for run_dir in run_dirs:
         try:
-            verdict, _ = challenge(url, run_dir, root, None, precision)
+            verdict, _ = challenge(url, run_dir, root, None, precision, tolerance)
             table.append((run_dir.name, ("holds: " if verdict.holds else "no: ") + verdict.line()))
         except Broken as broken:
             table.append((run_dir.name, f"no: {broken}"))
