@@ -40,6 +40,7 @@ RUN_COMMANDS = {
     "generate",
     "serve",
     "replay",
+    "lineage",
     "track sync",
     "track register",
 }

@@ -10,12 +10,9 @@ from pathlib import Path
 
 from solomon.cli.arguments import (
     POSITIVE_INT,
-    RUN_HELP,
     add_dvc_lock,
-    add_root,
     add_run_arguments,
     number,
-    run_directory,
     run_of,
 )
 from solomon.errors import SolomonError
@@ -63,7 +60,6 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --url: challenge the server against every run here and name the one whose weights answer",
     )
-    lineage.add_argument("--run", help=f"with --answers-only, the run to challenge the server against; {RUN_HELP}")
     lineage.add_argument(
         "--precision",
         choices=("fp32", "bf16"),
@@ -75,7 +71,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         help="the largest |Δ logprob| the answers may show, instead of --precision's (for a server of another "
         "implementation: measure it, as `make gguf-check` does for llama.cpp)",
     )
-    add_root(lineage)
+    add_run_arguments(lineage)  # with --answers-only: the run the server is challenged against
     lineage.set_defaults(func=_lineage)
 
 
@@ -194,8 +190,9 @@ def _lineage(args: argparse.Namespace) -> None:
         raise SolomonError("--model names the alias a server must serve: give it with --url, not --export")
     if args.export and (args.answers_only or args.identify):
         raise SolomonError("--answers-only and --identify challenge a live server: give them with --url")
-    if args.run and not args.answers_only:
-        raise SolomonError("--run names the run --answers-only challenges a server against: give both, or neither")
+    named = args.run or args.run_option
+    if named and not args.answers_only:
+        raise SolomonError("a run is named only with --answers-only (the run it challenges the server against)")
     if args.identify:
         _identify(args, root)
         return
@@ -237,8 +234,8 @@ def _server_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]
 def _answers_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
     from solomon.serving.lineage import Broken, answers_link
 
-    if args.run:
-        run_dir = run_directory(root, args.run)
+    if args.run or args.run_option:
+        run_dir = run_of(args)
     else:
         from solomon.tracking.registry import resolve  # imports mlflow
 
