@@ -105,6 +105,7 @@ def test_the_image_serves_the_run_lineage_traces_it_and_altered_weights_fail_the
         lines = done.stdout.splitlines()
         assert lines[1].split() == ["image", image_id], done.stdout  # traffic → image → registry → … → corpus
         assert f"tag manifest.sha256 {digest}" in lines[2] and lines[-1] == "lineage holds: every link verified"
+        assert lines[-2].startswith("answers") and "tokens equal over 8 fresh prompts" in lines[-2], done.stdout
         stopped = subprocess.run(["podman", "stop", "-t", "30", name], capture_output=True)
         assert stopped.returncode == 0
         code = subprocess.run(["podman", "inspect", "-f", "{{.State.ExitCode}}", name], capture_output=True, text=True)

@@ -129,8 +129,29 @@ def challenge(
         local = lambda prompt, seed: completer.complete(prompt, tokens, seed=seed)  # noqa: E731
         return check_texts(drawn, lambda prompts, seeds: _invocations(base, prompts, seeds, tokens), local), drawn.nonce
     precision = precision or _claimed_precision(base)
-    ask = lambda body: _http(f"{base}/v1/completions", body)  # noqa: E731
+    ask = _Completions(f"{base}/v1/completions")
     return check_completions(drawn, ask, *args, precision=precision, tolerance=tolerance), drawn.nonce
+
+
+NEUTRAL = {"repeat_penalty": 1.0}  # what a challenge sets where a server accepts it (see _Completions)
+
+
+class _Completions:
+    """Posts a challenge's completions. Some servers bend greedy decoding by default (llama-cpp-python's server
+    penalises repeated tokens by 1.1), so each body asks for plain greedy first with ``NEUTRAL``; a server that
+    refuses a field it does not know (as Solomon's does, with a 400) gets the plain body from then on."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.extra = url, dict(NEUTRAL)
+
+    def __call__(self, body: dict) -> dict:
+        try:
+            return _http(self.url, body | self.extra)
+        except Broken as refused:
+            if not self.extra or f"{self.url} answered 400" not in str(refused):
+                raise
+            self.extra = {}
+            return _http(self.url, body)
 
 
 def _claimed_precision(base: str) -> str:
