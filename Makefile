@@ -167,8 +167,8 @@ test-long: setup helm
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m long
 
 # The unit tier: every test not marked slow (no pipeline, training process, server, browser or external tool).
-test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+test-fast: setup  # the unit tests on both cores, as `make test` runs its files
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check .
