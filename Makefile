@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check multinode test-long serve browser helm plots-template bench bench-data soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check isa-check multinode test-long serve browser helm plots-template bench bench-data soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -74,6 +74,13 @@ image-check: setup podman
 # and greedy tokens against Solomon's (tests/test_gguf_llama.py; `make test` reads the GGUF back with `gguf` only).
 gguf-check: setup
 	SOLOMON_GGUF_CHECK=1 PYTHONPATH=$$(.ci/llama-cpp) $(BIN)/python -m pytest -q -s tests/test_gguf_llama.py
+
+# Which ops give other bits on another x86-64 instruction set: each op natively, pinned to AVX2, and pinned under an
+# emulated AVX2-only CPU (Debian's qemu-user, installed here with apt), hashed and compared; writes docs/portable.md's
+# table and reports/bench/isa-<time>.json (lab/isa.py; a minute or two).
+isa-check: setup
+	.ci/install-qemu
+	$(BIN)/python -m lab.isa
 
 # Multi-node training on two simulated hosts (network namespaces joined by a veth pair, 10.231.0.0/24 only between
 # them; root and `ip`): the two-node run's bytes, a lost worker restarted, a lost node, an unshared checkpoints

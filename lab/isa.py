@@ -1,0 +1,181 @@
+"""`make isa-check`: which kernels give other bits on another x86-64 instruction set, op by op, on one machine.
+
+Every op (and the pieces of one tiny training step) runs on seeded inputs in three child processes of the same
+interpreter: natively as torch chooses, natively pinned to the AVX2 path every x86-64 host with AVX2 has
+(``PINNED``: ATen's capability, MKL's conditional numerical reproducibility branch, one thread), and pinned under
+``qemu-x86_64 -cpu EPYC-Milan`` (an emulated AVX2-only CPU). Each output is hashed; the table says, per op, whether
+pinning changes it and whether the pinned result is the emulated CPU's. The record goes to
+``reports/bench/isa-<time>.json`` and the table to docs/portable.md's generated block.
+
+    python -m lab.isa [--emit]    (--emit: this process's hashes as JSON, what each child prints)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PINNED = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1"}
+EMULATOR = ("qemu-x86_64", "-cpu", "EPYC-Milan")  # Debian's qemu-user; EPYC-Milan has AVX2, no AVX-512
+PAGE = ROOT / "docs/portable.md"
+START, END = "<!-- isa:start -->", "<!-- isa:end -->"
+
+
+def ops() -> dict[str, Callable]:
+    """Each op's output on seeded inputs (fp32), by name; the training pieces on a tiny model of each block."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 256), torch.randn(256, 256)
+    q = x.view(1, 4, 16, 256)
+    found: dict[str, Callable] = {
+        "matmul": lambda: x @ w,
+        "exp": x.exp,
+        "tanh": x.tanh,
+        "sigmoid": x.sigmoid,
+        "erf": x.erf,
+        "SiLU": lambda: F.silu(x),
+        "GELU, exact": lambda: F.gelu(x),
+        "GELU, exact, in float64": lambda: F.gelu(x.double()).float(),
+        "GELU, tanh form": lambda: F.gelu(x, approximate="tanh"),
+        "sqrt": lambda: x.abs().sqrt(),
+        "sqrt, in float64": lambda: x.abs().double().sqrt().float(),
+        "rsqrt": lambda: x.abs().rsqrt(),
+        "division": lambda: x / (x.abs() + 1),
+        "sum": lambda: x.sum(-1),
+        "log_softmax": lambda: torch.log_softmax(x, -1),
+        "LayerNorm": lambda: F.layer_norm(x, (256,)),
+        "causal SDPA": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+    }
+    for family, options in (("GPT-2 block", {}), ("rotary + QK-norm + squared ReLU", _MODERN)):
+        found |= {f"{family}: {piece}": make for piece, make in _step_pieces(options).items()}
+    return found
+
+
+_MODERN = {"position": "rotary", "qk_norm": True, "activation": "relu2"}
+
+
+def _step_pieces(options: dict) -> dict[str, Callable]:
+    """One step of a tiny model: forward logits, loss, every gradient, the clipped norm, one AdamW step."""
+    import torch
+
+    from solomon.model.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=512, block_size=32, n_layer=2, n_head=2, n_embd=64, **options))
+    ids, targets = torch.randint(0, 512, (8, 32)), torch.randint(0, 512, (8, 32))
+    logits = model(ids)
+    loss = model(ids, targets) / targets.numel()
+    loss.backward()
+    grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1).step()
+    after = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return {
+        "forward": lambda: logits,
+        "loss": lambda: loss,
+        "gradients": lambda: grads,
+        "clipped norm": lambda: norm,
+        "AdamW step": lambda: after,
+    }
+
+
+def emit() -> dict[str, str]:
+    import torch
+
+    torch.set_num_threads(1)
+    hashes = {}
+    for name, make in ops().items():
+        out = make().detach().contiguous().float()
+        hashes[name] = hashlib.sha256(out.numpy().tobytes()).hexdigest()
+    return hashes | {"capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def run(prefix: list[str], pinned: bool) -> dict[str, str]:
+    """``--emit`` in a child: this interpreter, under ``prefix`` (an emulator) when given."""
+    env = dict(os.environ) | (PINNED if pinned else {"OMP_NUM_THREADS": "1"})
+    # Under an emulator the venv's symlinked interpreter is run by its real path, so name its packages explicitly.
+    paths = [str(ROOT), sysconfig.get_paths()["purelib"], env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    python = os.path.realpath(sys.executable) if prefix else sys.executable
+    done = subprocess.run(
+        [*prefix, python, "-m", "lab.isa", "--emit"], env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode:
+        raise SystemExit(f"isa: {' '.join(prefix) or 'native'} run failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout)
+
+
+def table(native: dict, pinned: dict, emulated: dict) -> str:
+    rows = ["| op | pinning changes it | pinned = emulated AVX2 |", "|---|---|---|"]
+    for name in sorted(native, key=str.lower):  # the record's JSON sorts its keys: so does the table
+        if name == "capability":
+            continue
+        changes = "yes" if native[name] != pinned[name] else "no"
+        same = "**equal**" if pinned[name] == emulated[name] else "differs"
+        rows.append(f"| {name} | {changes} | {same} |")
+    return "\n".join(rows)
+
+
+def render(record: dict) -> str:
+    """The page's generated block from a record."""
+    host, caps = record["machine"]["kind"], record["capabilities"]
+    head = (
+        f"<!-- generated by `python -m lab.isa` from reports/bench/isa-{record['time']}.json: do not edit -->\n\n"
+        f"Measured {record['time']} on `{host}`; torch's capability natively {caps['native']}, pinned "
+        f"{caps['pinned']}, emulated ({' '.join(EMULATOR)}) {caps['emulated']}. Settings pinned: "
+        + ", ".join(f"`{k}={v}`" for k, v in PINNED.items())
+        + ".\n\n"
+    )
+    return head + table(record["native"], record["pinned"], record["emulated"]) + "\n"
+
+
+def write_page(record: dict) -> Path:
+    text = PAGE.read_text(encoding="utf-8")
+    before, _, rest = text.partition(START)
+    _, _, after = rest.partition(END)
+    PAGE.write_text(f"{before}{START}\n{render(record)}{END}{after}", encoding="utf-8")
+    return PAGE
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--emit", action="store_true", help="print this process's hashes as JSON")
+    args = parser.parse_args()
+    if args.emit:
+        print(json.dumps(emit()))
+        return
+    if shutil.which(EMULATOR[0]) is None:
+        raise SystemExit(f"isa: {EMULATOR[0]} not found: `make isa-check` installs Debian's qemu-user first")
+    from solomon.atomic import write_json
+    from solomon.machine import describe
+
+    native, pinned, emulated = run([], False), run([], True), run(list(EMULATOR), True)
+    record = {
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H%M%SZ"),
+        "machine": describe(),
+        "capabilities": {k: v.pop("capability") for k, v in (("native", native), ("pinned", pinned),
+                                                               ("emulated", emulated))},
+        "native": native,
+        "pinned": pinned,
+        "emulated": emulated,
+    }  # fmt: skip
+    out = ROOT / "reports/bench" / f"isa-{record['time']}.json"
+    write_json(out, record)
+    print(table(native, pinned, emulated))
+    print(f"record: {out}\npage: {write_page(record)}")
+
+
+if __name__ == "__main__":
+    main()
