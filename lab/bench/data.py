@@ -32,7 +32,7 @@ from solomon.params import read_yaml
 from solomon.pipeline import pipeline_env, stage_command
 from solomon.records import PARAMS_FILE
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("check", "prepare", "tokenizer", "datacard")
 ENCODER_SAMPLE_BYTES = 48_000_000  # text the encoder's own rate is timed on
 SEED = 20261202
