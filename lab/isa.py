@@ -104,10 +104,11 @@ def emit() -> dict[str, str]:
 
 def run(prefix: list[str], pinned: bool) -> dict[str, str]:
     """``--emit`` in a child: this interpreter, under ``prefix`` (an emulator) when given."""
-    env = dict(os.environ) | (PINNED if pinned else {"OMP_NUM_THREADS": "1"})
+    from lab.scratch import lab_env  # here, not at the top: the emulated child imports this module too
+
+    env = lab_env() | (PINNED if pinned else {"OMP_NUM_THREADS": "1"})
     # Under an emulator the venv's symlinked interpreter is run by its real path, so name its packages explicitly.
-    paths = [str(ROOT), sysconfig.get_paths()["purelib"], env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], sysconfig.get_paths()["purelib"]])
     python = os.path.realpath(sys.executable) if prefix else sys.executable
     done = subprocess.run(
         [*prefix, python, "-m", "lab.isa", "--emit"], env=env, capture_output=True, text=True, check=False

@@ -23,7 +23,7 @@ from solomon.audit.workspace import IN_CACHE
 from solomon.errors import SolomonError
 from solomon.provenance import uncommitted_note
 from solomon.records import RunFiles
-from solomon.serving.answers import Verdict, check_completions, check_texts, draw
+from solomon.serving.answers import TOLERANCES, Verdict, check_completions, check_texts, draw
 from solomon.serving.generate import Completer
 from solomon.serving.limits import IMAGE_DIGEST_ENV
 from solomon.serving.loader import load_verified
@@ -84,6 +84,7 @@ def lineage(
 
     ids = {"server": provenance.get("run_id"), "registry tag": version.run_id}
     chain += run_links(version.run_dir, served, root, ids, ("server", provenance.get("weights_sha256")))
+    precision = precision or _precision_of(provenance)  # read above already: not asked again
     return [*chain, answers_link(url, version.run_dir, root, served, precision, tolerance)]
 
 
@@ -156,10 +157,15 @@ class _Completions:
 
 def _claimed_precision(base: str) -> str:
     try:
-        claimed = _http(f"{base}/v1/provenance").get("precision")
+        return _precision_of(_http(f"{base}/v1/provenance"))
     except Broken:
         return "fp32"
-    return claimed if claimed in ("fp32", "bf16") else "fp32"
+
+
+def _precision_of(provenance: dict) -> str:
+    """The precision a server's provenance names, where it names one with a tolerance here; else fp32."""
+    claimed = provenance.get("precision")
+    return claimed if claimed in TOLERANCES else "fp32"
 
 
 def _invocations(url: str, prompts: list[str], seeds: list[int], tokens: int) -> list[str]:
@@ -182,6 +188,7 @@ def identify(
 ) -> list[tuple[str, str]]:
     """Each candidate run's verdict against the server at ``url``, as (run, verdict line) pairs."""
     table = []
+    precision = precision or _claimed_precision(url.rstrip("/"))  # once, not once a candidate
     for run_dir in run_dirs:
         try:
             verdict, _ = challenge(url, run_dir, root, None, precision, tolerance)
