@@ -6,7 +6,7 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check isa-check multinode test-long serve browser helm plots-template bench bench-data soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check isa-check portable-check multinode test-long serve browser helm plots-template bench bench-data soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
 
 setup: $(VENV)/.installed
 
@@ -81,6 +81,15 @@ gguf-check: setup
 isa-check: setup
 	.ci/install-qemu
 	$(BIN)/python -m lab.isa
+
+# The portable mode's proof: the tiny config with train.portable trained natively and under two emulated AVX2-only
+# CPUs (AMD, Intel), data stages included, compared byte for byte, and `solomon replay` of it under each; the default
+# mode for contrast. Writes docs/portable.md's second table and reports/bench/portable-<time>.json (lab/portable.py;
+# about five minutes). PORTABLE_ARGS=--write-golden refreshes tests/golden/portable-tiny.json after a training change.
+PORTABLE_ARGS ?=
+portable-check: setup
+	.ci/install-qemu
+	$(BIN)/python -m lab portable $(PORTABLE_ARGS)
 
 # Multi-node training on two simulated hosts (network namespaces joined by a veth pair, 10.231.0.0/24 only between
 # them; root and `ip`): the two-node run's bytes, a lost worker restarted, a lost node, an unshared checkpoints

@@ -40,6 +40,11 @@ def register(commands: argparse._SubParsersAction) -> None:
     _register_bench_serving(bench)
     bench.set_defaults(func=_bench)
     _register_soak(commands)
+    portable = commands.add_parser(
+        "portable", help="the tiny config's portable run natively and on emulated CPUs, byte for byte (minutes)"
+    )
+    portable.add_argument("--write-golden", action="store_true", help="write the native digest to tests/golden/")
+    portable.set_defaults(func=_portable)
     docs = commands.add_parser("docs", help="the experiments behind docs/*.md").add_subparsers(
         dest="docs_command", required=True
     )
@@ -155,7 +160,15 @@ def _bench(args: argparse.Namespace) -> None:
     parts = tuple(part for part in PARTS if part in (args.only or PARTS))
     params = load_params(args.params) if "throughput" in parts else None  # the other parts read no params
     result = measure(
-        params, Path("."), args.steps, not args.skip_compile, args.stage_steps, serving, report=print, parts=parts
+        params,
+        Path("."),
+        args.steps,
+        not args.skip_compile,
+        args.stage_steps,
+        serving,
+        report=print,
+        parts=parts,
+        params_file=args.params,
     )
     out = Path(args.out) / f"{datetime.now(UTC):%Y-%m-%dT%H%M%SZ}.json"
     write_json(out, result)
@@ -278,3 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     run_main(lambda: args.func(args))
+
+
+def _portable(args: argparse.Namespace) -> None:
+    from lab.portable import main
+
+    main(["--write-golden"] if args.write_golden else [])

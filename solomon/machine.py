@@ -29,7 +29,7 @@ ISA_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_vnni", "avx512bw", "
 BEST_OF = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # the one the kind names
 # Variables that cap the kernels torch and oneDNN choose (a machine can be made to run as a lesser kind).
 PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # the precisions whose GEMM peak is measured
-CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
 
 
 # /proc/cpuinfo's fields that name the microarchitecture (x86: e.g. AuthenticAMD, family 25, model 17 is Zen 4).

@@ -252,9 +252,30 @@ class TrainParams(_Section):
         "bf16", "bf16 (CPU autocast, same bytes on resume) or fp32; a run resumes only in its own precision"
     )
     threads: PositiveInt = Param(2, "torch threads per process")
+    portable: bool = Param(
+        False,
+        "the same bytes on any x86-64 host with AVX2: kernels pinned to one AVX2 path, fp32 only, Muon's "
+        "orthogonalisation in fp32; several times slower a step (docs/portable.md)",
+    )
     nproc: PositiveInt = Param(
         1, "data-parallel processes; above 1 the stage runs itself under torchrun (docs/kubernetes.md)"
     )
+
+    @model_validator(mode="after")
+    def _portable_runs_fp32(self) -> TrainParams:
+        if self.portable and self.precision != "fp32":
+            raise ParamError(
+                "portable",
+                "train.portable needs train.precision: fp32 (bf16 matmuls on the AVX2 path every host shares run "
+                "without bf16 hardware, far too slowly to train): set both, or train.portable: false",
+            )
+        if self.portable and self.compile:
+            raise ParamError(
+                "portable",
+                "train.portable needs train.compile: false (compiled kernels are generated for this host's "
+                "instruction set)",
+            )
+        return self
 
     @model_validator(mode="after")
     def _accum_divides_batch(self) -> TrainParams:

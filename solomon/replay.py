@@ -13,6 +13,8 @@ Verdicts, each with its exit status:
 - ``WITHIN`` (3): they differ, by at most ``TOLERANCE`` relative — what another machine kind, thread count or
   kernel library does to bf16 sums (see ``TOLERANCE``);
 - ``DIFFERENT`` (1): beyond it: other data, hyperparameters or code than the record, or a broken kernel.
+  A portable run (``train.portable``) is promised the same bytes on any x86-64 host with AVX2, so for it any
+  difference is ``DIFFERENT``: there is no tolerance (docs/portable.md).
 Bad input — no such run, anchor or stretch, a run that does not verify — exits 2, as everywhere.
 """
 
@@ -31,6 +33,7 @@ from solomon.data.tokens import META_FILE, open_tokens, read_meta
 from solomon.errors import SolomonError
 from solomon.machine import describe
 from solomon.params import load_params
+from solomon.portable import enter_mode
 from solomon.records import RunFiles
 from solomon.runtime import configure_torch
 from solomon.train.checkpoint import DIGESTED, INDEX_FILE, Checkpointer, Loaded, load_file, state_digest
@@ -58,6 +61,7 @@ class Replayed:
     recorded_settings: str
     replayed_settings: str
     tolerance: float
+    exact: bool = False  # a portable run: any difference is DIFFERENT
     first_difference: int | None = None  # the first step whose loss or gradient norm logs differently
     largest: tuple[float, str, int] = (0.0, "loss", 0)  # (relative difference, column, step)
     state: tuple[str, str] | None = None  # (recorded, replayed) SHA256 of the state at ``end``
@@ -73,6 +77,8 @@ class Replayed:
     def status(self) -> int:
         if self.first_difference is None and not self.state_differs:
             return IDENTICAL
+        if self.exact:
+            return DIFFERENT
         return WITHIN if self.largest[0] <= self.tolerance else DIFFERENT
 
     def lines(self) -> list[str]:
@@ -90,6 +96,13 @@ class Replayed:
             out.append(f"bit-identical: {steps} steps' loss and grad_norm as logged{checked}")
             return out
         relative, column, step = self.largest
+        if self.exact:
+            where = f"at step {self.first_difference}" if self.first_difference else f"in {state} only"
+            out.append(
+                f"diverged {where}: largest relative difference {relative:.3g} ({column}, step {step}); a portable "
+                "run must replay bit-identically on any x86-64 host with AVX2 (docs/portable.md)"
+            )
+            return out
         if not self.first_difference:  # every value logs alike; only the state's last bits differ
             out.append(f"diverged in {state} only: largest relative difference 0 as logged; within the tolerance")
             return out
@@ -135,6 +148,16 @@ def _stretch(anchors: dict[int, dict], logged: int, from_step: int | None, steps
     return start, end
 
 
+def replay_mode(run_dir: Path) -> None:
+    """Enter the run's mode (``solomon.portable``) before anything computes: a portable run's replay runs pinned,
+    which may replace this process. ``replay`` verifies the run; this reads only its ``train.portable``."""
+    try:
+        portable = load_params(run_dir / RunFiles.HYPERPARAMETERS).train.portable
+    except (SolomonError, OSError):
+        return  # ``replay`` refuses such a run with its reason
+    enter_mode(portable)
+
+
 def replay(
     run_dir: Path,
     root: Path = Path("."),
@@ -167,7 +190,7 @@ def replay(
     anchor_file = files[f"{records.ANCHORS_DIR}/{anchors[start]['file']}"]
 
     threads = threads or cfg.threads
-    configure_torch(threads, compiled=cfg.compile)
+    configure_torch(threads, compiled=cfg.compile, portable=cfg.portable)
     machine = describe()
     spans = [s for s in index.get("machine_kinds", []) if s["steps"][1] > start and s["steps"][0] <= end]
     done = Replayed(
@@ -176,9 +199,10 @@ def replay(
         end=end,
         recorded_on=[_span_text(span) for span in spans] or ["(not recorded)"],
         replayed_on=machine["kind"],
-        recorded_settings=f"threads {cfg.threads}, {cfg.precision}",
-        replayed_settings=f"threads {threads}, {cfg.precision}",
-        tolerance=tolerance or TOLERANCE,
+        recorded_settings=f"threads {cfg.threads}, {cfg.precision}{', portable' if cfg.portable else ''}",
+        replayed_settings=f"threads {threads}, {cfg.precision}{', portable' if cfg.portable else ''}",
+        tolerance=0.0 if cfg.portable else tolerance or TOLERANCE,
+        exact=cfg.portable,
     )
     with tempfile.TemporaryDirectory(prefix="solomon-replay-") as scratch:
         tokens_dir = _tokens_dir(files, Path(scratch))

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from solomon.portable import require_pinned
 
-def configure_torch(threads: int, compiled: bool = False) -> None:
-    """Fix the thread count (float reductions depend on it) and refuse non-deterministic kernels."""
+
+def configure_torch(threads: int, compiled: bool = False, portable: bool = False) -> None:
+    """Fix the thread count (float reductions depend on it) and refuse non-deterministic kernels; ``portable``:
+    refuse to go on unless this process's kernels are pinned (``solomon.portable.enter_mode`` pins them)."""
+    if portable:
+        require_pinned()
     torch.set_num_threads(threads)
     if compiled:
         torch.use_deterministic_algorithms(True)  # also sets inductor's flag for the kernels it generates

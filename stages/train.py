@@ -15,6 +15,7 @@ from pathlib import Path
 from solomon.errors import run_main
 from solomon.machine import describe, gemm_peaks
 from solomon.params import load_params
+from solomon.portable import enter_mode
 from solomon.runtime import configure_torch
 from solomon.train.distributed import ProcessGroup
 from solomon.train.hooks import Hooks
@@ -51,6 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     paths = TrainPaths(**{k: v for k, v in vars(args).items() if k not in ("fresh", "no_gemm_peak")})
     params = load_params()
+    enter_mode(params.train.portable)  # may replace this process with one whose kernels are pinned (or not)
     if params.train.nproc > 1 and "LOCAL_RANK" not in os.environ:
         relaunch_under_torchrun(params.train.nproc)
     group = ProcessGroup.from_environment(params.train.nproc, os.environ)
@@ -61,7 +63,8 @@ def main() -> None:
         tracker = LiveTracker(params, retry_s=float(os.environ.get(RETRY_ENV, RETRY_S)))
     peaks = None
     if group.is_main and not args.no_gemm_peak:
-        configure_torch(params.train.threads, compiled=params.train.compile)  # the peak at training's thread count
+        # the peak at training's thread count, in its mode
+        configure_torch(params.train.threads, params.train.compile, params.train.portable)
         peaks = gemm_peaks()
     try:
         # What the run record says of this process (its machine, its GEMM peak), with the tracker and the test hooks:

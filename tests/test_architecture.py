@@ -78,6 +78,8 @@ ENVIRONMENT_DOORS = {
     "HTTP retries) and DVC tells a stage its experiment the same way: the one door where tracking reads and sets it",
     "tracking/server.py": "builds the environment of the `mlflow server` child process",
     "pipeline.py": "builds the environment DVC and the stages it runs inherit",
+    "portable.py": "torch, MKL and oneDNN read their instruction-set pins from the environment when they load: the "
+    "portable mode sets them by re-executing the process, and checks them, in this one place",
     "train/launch.py": "torchrun's entry point (`python -m solomon.train.launch`): it turns off the agents' shared "
     "TCPStore for the workers (TORCH_DISABLE_SHARE_RDZV_TCP_STORE, pytorch/pytorch#135712) before the agent starts",
     "data/tokenizer.py": "tokenizers takes its thread count only from TOKENIZERS_PARALLELISM: each encoding worker "

@@ -4,11 +4,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lab.bench import PARTS
+from lab.bench.portable import format_portable, portable_cost
 from lab.bench.serving_section import format_serving, serving_section
 from lab.bench.stage import stage_overheads
 from lab.bench.throughput import training_throughput
 from solomon.params import Params
-from solomon.records import TOKENS_DIR
+from solomon.records import PARAMS_FILE, TOKENS_DIR
 
 
 # --- all of it, and what `python -m lab bench` prints of it ----------------------------------------------------
@@ -21,17 +22,21 @@ def measure(
     serving: dict | None,
     report: Callable[[str], None],
     parts: tuple[str, ...] = PARTS,
+    params_file: str = PARAMS_FILE,
 ) -> dict:
     """Every figure of ``parts``, each part handed to ``report`` as text as soon as it is measured (a bench takes
     minutes): training throughput with ``params``; the train stage on ``root``'s token files unless ``stage_steps``
     is 0 or there are none; the serving section (``serving_section``'s keyword arguments) unless ``serving`` is
-    None."""
+    None; the portable mode's cost with ``params_file`` (its children read it)."""
     from datetime import UTC, datetime
 
     result = {"measured_utc": datetime.now(UTC).isoformat(timespec="seconds"), "parts": list(parts)}
     if "throughput" in parts:
         result["throughput"] = training_throughput(params, steps=steps, compile_variant=compile_variant)
         report(format_throughput(result["throughput"]))
+    if "portable" in parts:
+        result["portable"] = portable_cost(params_file)
+        report(format_portable(result["portable"]))
     if "stage" in parts and stage_steps and (root / TOKENS_DIR / "train.bin").is_file():
         result["stage"] = stage_overheads(root.resolve(), stage_steps)
         report(format_stage(result["stage"]))

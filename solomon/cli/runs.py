@@ -17,7 +17,8 @@ REPLAY_DESCRIPTION = (
 )
 REPLAY_EXIT = (
     "exit status: 0 bit-identical; 3 diverged within the tolerance (another machine kind or thread count); 1 "
-    "diverged beyond it; 2 bad input (no run, anchor or such stretch; a run that does not verify)"
+    "diverged beyond it, or at all for a portable run (train.portable); 2 bad input"
+    " (no run, anchor or such stretch; a run that does not verify)"
 )
 
 
@@ -73,9 +74,11 @@ def _report(args: argparse.Namespace) -> None:
 
 
 def _replay(args: argparse.Namespace) -> None:
-    from solomon.replay import replay
+    from solomon.replay import replay, replay_mode
 
-    result = replay(run_of(args), Path(args.root), args.from_step, args.steps, args.threads, args.tolerance)
+    run_dir = run_of(args)
+    replay_mode(run_dir)  # a portable run replays pinned: this process may be replaced by one that is
+    result = replay(run_dir, Path(args.root), args.from_step, args.steps, args.threads, args.tolerance)
     print("\n".join(result.lines()))
     if result.status:
         raise SystemExit(result.status)

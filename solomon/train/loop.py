@@ -114,7 +114,7 @@ def train(
     other ranks' records nothing and they return an empty dict."""
     cfg, group = params.train, group or ProcessGroup()
     recorder = (recorder or Recorder()).for_rank(group.rank)
-    configure_torch(cfg.threads, compiled=cfg.compile)
+    configure_torch(cfg.threads, compiled=cfg.compile, portable=cfg.portable)
     tokens, meta = open_tokens(paths.tokens_dir, "train"), read_meta(paths.tokens_dir)
     parts = build_components(params, paths, len(tokens), meta["vocab_size"], group.world_size, recorder.machine)
     # DDP averages gradients over the ranks, in buckets during the last backward of a step.

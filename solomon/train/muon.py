@@ -29,7 +29,7 @@ NsHook = Callable[[tuple[int, int, int]], None]
 def newton_schulz(
     stack: torch.Tensor, coefficients: tuple[float, float, float], steps: int, eps: float
 ) -> torch.Tensor:
-    """torch.optim.Muon's quintic Newton-Schulz iteration on a bf16 (n, rows, columns) stack, rows ≤ columns."""
+    """torch.optim.Muon's quintic Newton-Schulz iteration on a (n, rows, columns) stack, rows ≤ columns."""
     a, b, c = coefficients
     x = stack / torch.linalg.vector_norm(stack, dim=(-2, -1), keepdim=True).clamp(min=eps)
     for _ in range(steps):
@@ -54,6 +54,7 @@ class BatchedMuon(torch.optim.Optimizer):
         ns_steps: int = 5,
         adjust_lr_fn: str | None = None,
         ns_hook: NsHook | None = None,
+        ns_dtype: torch.dtype = torch.bfloat16,
     ) -> None:
         defaults = {
             "lr": lr,
@@ -69,6 +70,8 @@ class BatchedMuon(torch.optim.Optimizer):
         if any(p.ndim != 2 for group in self.param_groups for p in group["params"]):
             raise ValueError("Muon takes 2-D parameters only: give embeddings, biases and norm gains to AdamW")
         self.ns_hook = ns_hook
+        # torch's bf16 by default; fp32 where bf16 matmuls would take another kernel on another CPU (the portable mode)
+        self.ns_dtype = ns_dtype
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
@@ -91,7 +94,7 @@ class BatchedMuon(torch.optim.Optimizer):
         for shape, members in by_shape.items():
             if self.ns_hook is not None:
                 self.ns_hook((len(members), *shape))
-            stack = torch.empty((len(members), *shape), dtype=torch.bfloat16, device=members[0][0].device)
+            stack = torch.empty((len(members), *shape), dtype=self.ns_dtype, device=members[0][0].device)
             for row, (_, update) in zip(stack, members, strict=True):
                 row.copy_(update)  # straight to bf16 in one pass, as torch's ``grad.bfloat16()``
             tall = shape[0] > shape[1]  # orthogonalised as its transpose: a view, as torch's ``.T``

@@ -11,13 +11,15 @@ slower per optimiser step at the default shape (docs/training.md; lab/bench/muon
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import torch
 
 from solomon.model.gpt import GPT
 from solomon.params import TrainParams
+from solomon.train.muon import BatchedMuon
 
 
 class Optimizer(Protocol):
@@ -57,7 +59,11 @@ class MuonWithAdamW:
     """
 
     def __init__(
-        self, model: GPT, cfg: TrainParams, lr: float, muon_class: type[torch.optim.Optimizer] = torch.optim.Muon
+        self,
+        model: GPT,
+        cfg: TrainParams,
+        lr: float,
+        muon_class: Callable[..., torch.optim.Optimizer] = torch.optim.Muon,
     ) -> None:
         hidden = hidden_matrices(model)
         hidden_ids = {id(p) for p in hidden}
@@ -93,7 +99,10 @@ class MuonWithAdamW:
 
 
 def build_optimizer(model: GPT, cfg: TrainParams, lr: float) -> Optimizer:
-    """The optimiser of ``cfg.optimizer`` for ``model``, every group at learning rate ``lr``."""
+    """The optimiser of ``cfg.optimizer`` for ``model``, every group at learning rate ``lr``. A portable run's Muon
+    orthogonalises in fp32: bf16 matmuls have no AVX2 kernel at speed (docs/portable.md)."""
+    if cfg.optimizer == "muon" and cfg.portable:
+        return MuonWithAdamW(model, cfg, lr, functools.partial(BatchedMuon, ns_dtype=torch.float32))
     if cfg.optimizer == "muon":
         return MuonWithAdamW(model, cfg, lr)
     return adamw(model.parameters(), cfg, lr)

@@ -94,8 +94,8 @@ class Recorder:
                                              token_byte_lengths(tokenizer), read_meta(paths.tokens_dir)["eod_id"],
                                              parts.early_stopping)  # fmt: skip
         notes = (
-            parts.machines.other_kind(start),
-            bf16_fallback_warning(cfg.precision, cfg.optimizer, self.machine, self.gemm_peak),
+            None if cfg.portable else parts.machines.other_kind(start),  # a portable run is the same bytes anywhere
+            bf16_fallback_warning(cfg.precision, cfg.optimizer, self.machine, self.gemm_peak, cfg.portable),
             f"train: restarted by torchrun from step {start} (restarts by rank: {restarts})" if any(restarts) else None,
         )
         for note in filter(None, notes):

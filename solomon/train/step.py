@@ -23,14 +23,14 @@ def autocast_for(precision: str) -> Callable[[], contextlib.AbstractContextManag
     return contextlib.nullcontext
 
 
-def computes_in_bf16(precision: str, optimizer: str) -> bool:
+def computes_in_bf16(precision: str, optimizer: str, portable: bool = False) -> bool:
     """Whether a step runs bf16 matmuls: under bf16 autocast, or with Muon, whose Newton-Schulz iterations run in
-    bf16 whatever the run's precision (as torch's Muon)."""
-    return precision == "bf16" or optimizer == "muon"
+    bf16 whatever the run's precision (as torch's Muon), except in a portable run (fp32 there)."""
+    return precision == "bf16" or (optimizer == "muon" and not portable)
 
 
 def bf16_fallback_warning(
-    precision: str, optimizer: str, machine: dict, gemm_peak: dict[str, float] | None
+    precision: str, optimizer: str, machine: dict, gemm_peak: dict[str, float] | None, portable: bool = False
 ) -> str | None:
     """The line the train stage prints when this run computes in bf16 on a CPU without native bf16 matmuls
     (``machine["bf16_matmul"]``): bf16 autocast, or Muon, whose Newton-Schulz iterations run in bf16 whatever the
@@ -40,7 +40,7 @@ def bf16_fallback_warning(
         name
         for name, used in (
             ("train.precision: bf16", precision == "bf16"),
-            ("train.optimizer: muon", optimizer == "muon"),
+            ("train.optimizer: muon", optimizer == "muon" and not portable),
         )
         if used
     ]
