@@ -137,8 +137,13 @@ class TokenizerParams(_Section):
 
 
 class ModelParams(_Section):
-    """The GPT decoder (solomon/model/gpt.py): pre-LayerNorm blocks, tied embeddings, GPT-2's by default."""
+    """The decoder (solomon/model/gpt.py): pre-norm blocks, tied embeddings; GPT-2's family by default."""
 
+    # The block family (docs/architecture.md). gpt2: LayerNorm, learned positions, an exact-GELU MLP — GPT-2's
+    # layout, exported as GPT2LMHeadModel and GGUF gpt2. llama: RMSNorm with a gain, rotary positions, a SwiGLU MLP,
+    # no biases — Llama's layout (Qwen3's with qk_norm), exported as LlamaForCausalLM / Qwen3ForCausalLM and GGUF
+    # llama / qwen3.
+    family: Literal["gpt2", "llama"] = Param("gpt2", "the block family: gpt2 or llama (docs/architecture.md)")
     n_layer: PositiveInt = Param(6, "Transformer blocks")
     n_head: PositiveInt = Param(6, "attention heads; must divide model.n_embd")
     n_embd: PositiveInt = Param(384, "width of the residual stream")
@@ -149,16 +154,20 @@ class ModelParams(_Section):
         ge=0.0,
         lt=1.0,
     )
-    bias: bool = Param(False, "biases in linear layers and LayerNorm")
-    # The architecture options (docs/architecture.md). GPT-2's layout has none of them, so a model with any of them
-    # on is served and scored by Solomon (and `mlflow models serve`), not exported to transformers or GGUF.
-    position: Literal["learned", "rotary"] = Param(
-        "learned",
-        "how positions enter: learned embeddings added to the input (GPT-2), or rotary on queries and keys "
-        "(docs/architecture.md)",
+    bias: bool = Param(False, "biases in linear layers and LayerNorm (gpt2 only)")
+    # GPT-2's family takes three options (docs/architecture.md); a gpt2 model with any of them on is served and
+    # scored by Solomon (and `mlflow models serve`), not exported to transformers or GGUF.
+    position: Literal["learned", "rotary"] | None = Param(
+        None,
+        "how positions enter: learned embeddings added to the input, or rotary on queries and keys (null: the "
+        "family's, learned for gpt2, rotary for llama)",
     )
-    qk_norm: bool = Param(False, "RMS-normalise each head's queries and keys before attention (no learned gain)")
-    activation: Literal["gelu", "relu2"] = Param("gelu", "the MLP's nonlinearity: exact GELU, or ReLU squared")
+    qk_norm: bool = Param(
+        False, "RMS-normalise each head's queries and keys before attention (llama: with a gain, as Qwen3)"
+    )
+    activation: Literal["gelu", "relu2", "swiglu"] | None = Param(
+        None, "the MLP: exact GELU, ReLU squared, or SwiGLU (null: the family's, gelu for gpt2, swiglu for llama)"
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelParams:
@@ -167,6 +176,17 @@ class ModelParams(_Section):
             raise ParamError(
                 "n_head", f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): n_head {heads} fit"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _llama_is_one_layout(self) -> ModelParams:
+        if self.family != "llama":
+            return self
+        for name, value, allowed in (("position", self.position, "rotary"), ("activation", self.activation, "swiglu")):
+            if value not in (None, allowed):
+                raise ParamError(name, f"family llama has {allowed} only (got {value}): set it to null or {allowed}")
+        if self.bias:
+            raise ParamError("bias", "family llama has no biases: set model.bias: false")
         return self
 
 

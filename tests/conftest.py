@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab.scratch import make_scratch_repo, merge
+from lab.scratch import make_scratch_repo, merge, write_params
 from solomon.params import read_yaml
 from solomon.pipeline import dvc_executable, pipeline_env, run, stage_command
 from solomon.records import PARAMS_FILE, STEP_LOG, TOKENIZER, TOKENS_DIR
@@ -182,6 +182,29 @@ def built_repo(tmp_path_factory) -> Path:
     done = dvc(repo, "repro", check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     return repo
+
+
+LLAMA_FAMILIES = {"llama": {"family": "llama"}, "qwen3": {"family": "llama", "qk_norm": True}}  # model.* overrides
+
+
+@pytest.fixture(scope="session")
+def retrained(built_repo: Path, tmp_path_factory) -> Callable[[dict], Path]:
+    """A copy of the built pipeline retrained (through the report stage) with params ``overrides`` (tracking off),
+    made once per session for each overrides."""
+    made: dict[str, Path] = {}
+
+    def make(overrides: dict) -> Path:
+        key = json.dumps(overrides, sort_keys=True)
+        if key not in made:
+            repo = tmp_path_factory.mktemp("retrained") / "repo"
+            shutil.copytree(built_repo, repo, symlinks=True, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts"))
+            write_params(repo, merge(overrides, {"tracking": {"enabled": False}}))
+            done = dvc(repo, "repro", "report", check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
+            made[key] = repo
+        return made[key]
+
+    return make
 
 
 @pytest.fixture

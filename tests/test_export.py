@@ -52,7 +52,7 @@ def test_layout_maps_back_exactly_and_names_the_first_difference() -> None:
     tensor = exported(qkv, state, hf=True).clone()
     assert tuple(tensor.shape) == (16, 48)  # Conv1D: [in, out]
     tensor[3, 5] = torch.nextafter(tensor[3, 5], torch.tensor(1.0))
-    assert "first difference at index (5, 3)" in mismatch(qkv, tensor, state, hf=True)
+    assert "first difference at index (3, 5) as written" in mismatch(qkv, tensor, state, hf=True)
     bias = next(s for s in layout if s.gguf == "blk.0.ffn_up.bias")
     assert "all zeros" in mismatch(bias, torch.full((64,), -0.0), state, hf=False)  # -0.0: not the bits of zero
 

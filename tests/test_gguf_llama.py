@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import latest_run_dir
+from conftest import LLAMA_FAMILIES, latest_run_dir
 
 from solomon.data.tokens import load_tokenizer
 from solomon.export.gguf_file import export_gguf
@@ -21,6 +21,7 @@ from solomon.model.sampling import generate
 PROMPTS = ("In the beginning", "And the LORD said unto Moses", "Blessed are")
 GREEDY_TOKENS = 32
 LOGIT_TOLERANCE = 1e-3  # fp32 both ways; llama.cpp's own GEMM kernels sum in another order than torch's
+LLAMA_TOLERANCE = 1e-4  # the llama family's (issue 47's bound)
 
 pytestmark = pytest.mark.slow
 torch.set_num_threads(1)
@@ -51,12 +52,14 @@ def llama_greedy(model, ids: list[int], count: int, eod: int) -> list[int]:
     return tokens
 
 
+@pytest.mark.parametrize("family", ["gpt2", *LLAMA_FAMILIES])
 def test_llama_cpp_runs_the_gguf_export_with_solomons_tokens_logits_and_greedy_text(
-    llama_cpp, built_repo: Path, tmp_path: Path
+    llama_cpp, built_repo: Path, retrained, tmp_path: Path, family: str
 ) -> None:
-    path = export_gguf(latest_run_dir(built_repo), built_repo, tmp_path / "gguf")
-    ours = weights.load(built_repo / "models")
-    tokenizer = load_tokenizer(built_repo / "data/tokenizer.json")
+    repo = built_repo if family == "gpt2" else retrained({"model": LLAMA_FAMILIES[family]})
+    path = export_gguf(latest_run_dir(repo), repo, tmp_path / "gguf")
+    ours = weights.load(repo / "models")
+    tokenizer = load_tokenizer(repo / "data/tokenizer.json")
     eod = tokenizer.token_to_id("<|endoftext|>")
     block = ours.config.block_size
     theirs = llama_cpp.Llama(
@@ -72,12 +75,12 @@ def test_llama_cpp_runs_the_gguf_export_with_solomons_tokens_logits_and_greedy_t
         with torch.no_grad():
             logits = ours(torch.tensor([ids]))[0].numpy()
         worst = max(worst, float(np.abs(np.asarray(theirs.scores[: len(ids)]) - logits).max()))
-        count = min(GREEDY_TOKENS, block - len(ids))  # learned positions: llama.cpp stops at the context length
+        count = min(GREEDY_TOKENS, block - len(ids))  # llama.cpp stops at the context length
         expected = generate(ours, ids, count, 1.0, 1, torch.Generator().manual_seed(0), stop_id=eod)
         assert llama_greedy(theirs, ids, count, eod) == expected[:count], prompt
         assert theirs.detokenize(expected).decode() == tokenizer.decode(expected), prompt
-    print(f"llama.cpp {llama_cpp.__version__} vs Solomon, max abs logit difference (fp32): {worst:.3g}")
-    assert worst < LOGIT_TOLERANCE
+    print(f"llama.cpp {llama_cpp.__version__} vs Solomon ({family}), max abs logit difference (fp32): {worst:.3g}")
+    assert worst < (LOGIT_TOLERANCE if family == "gpt2" else LLAMA_TOLERANCE)
 
 
 def test_llama_cpps_own_server_on_the_gguf_answers_as_the_run_and_not_as_another(

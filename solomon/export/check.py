@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from solomon.errors import SolomonError
 from solomon.export import GGUF, HF, MLFLOW, gguf_file, hf, record
-from solomon.export.layout import mismatch, slots
+from solomon.export.layout import gguf_architecture, mismatch, slots
 from solomon.export.source import ExportSource, verified_source
 from solomon.params import runs_root
 from solomon.records import RunFiles
@@ -55,7 +55,8 @@ def _check_record(export_dir: Path, provenance: dict, source: ExportSource) -> N
 def _check_tensors(
     export_dir: Path, name: str, found: dict[str, torch.Tensor], source: ExportSource, is_hf: bool
 ) -> int:
-    layout = slots(source.model.config)
+    config = source.model.config
+    layout = slots(config, gguf_llama=not is_hf and gguf_architecture(config) == "llama")
     names = {slot.hf if is_hf else slot.gguf for slot in layout}
     extra = sorted(set(found) - names)
     if extra:

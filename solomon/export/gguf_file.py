@@ -1,9 +1,9 @@
-"""``solomon export --format gguf``: one GGUF file for llama.cpp (architecture ``gpt2``, fp32), written with its
-own ``gguf`` writer, with a ``provenance.json`` beside it.
+"""``solomon export --format gguf``: one GGUF file for llama.cpp (fp32), written with its own ``gguf`` writer, with a
+``provenance.json`` beside it. The architecture is ``gpt2``, ``llama``, or ``qwen3`` (``layout.gguf_architecture``).
 
-Tensor names are those llama.cpp's ``convert_hf_to_gguf.py`` gives GPT-2 (``solomon.export.layout``); its gpt2
-loader requires every bias, so a bias-free model's are zeros, and takes the output projection from the token
-embedding when ``output.weight`` is absent, as here (tied). The tokenizer is GPT-2's kind (byte-level BPE, the
+Tensor names are those llama.cpp's ``convert_hf_to_gguf.py`` gives each (``solomon.export.layout``); its gpt2
+loader requires every bias, so a bias-free model's are zeros; every loader takes the output projection from the
+token embedding when ``output.weight`` is absent, as here (tied). The tokenizer is GPT-2's kind (byte-level BPE, the
 GPT-2 pre-tokenizer regex): the run's vocabulary, merges and end-of-document token as BOS and EOS.
 """
 
@@ -17,11 +17,11 @@ import gguf
 from solomon import records
 from solomon.atomic import staged_dir, write_with
 from solomon.export import GGUF, record
-from solomon.export.layout import exported, slots
+from solomon.export.layout import exported, gguf_architecture, slots
 from solomon.export.source import ExportSource, verified_source
+from solomon.model.gpt import RMS_EPS, ROPE_BASE
 
 GGUF_FILE = "model.gguf"
-ARCH = "gpt2"
 RUN_ID_KEY = "solomon.run_id"
 MANIFEST_KEY = "solomon.manifest_sha256"
 WEIGHTS_KEY = "solomon.weights_sha256"
@@ -43,14 +43,20 @@ def vocabulary(source: ExportSource) -> tuple[list[str], list[int], list[str]]:
 
 
 def add_metadata(writer: gguf.GGUFWriter, source: ExportSource) -> None:
-    config, model = source.model.config, source.model
+    config = source.model.config
     writer.add_name(f"solomon-{source.run_id}")
     writer.add_context_length(config.block_size)
     writer.add_embedding_length(config.n_embd)
-    writer.add_feed_forward_length(model.blocks[0].mlp.fc.out_features)
+    writer.add_feed_forward_length(config.mlp_hidden)
     writer.add_block_count(config.n_layer)
     writer.add_head_count(config.n_head)
-    writer.add_layer_norm_eps(model.ln_f.eps)
+    if config.llama:
+        writer.add_head_count_kv(config.n_head)
+        writer.add_layer_norm_rms_eps(RMS_EPS)
+        writer.add_rope_dimension_count(config.n_embd // config.n_head)
+        writer.add_rope_freq_base(ROPE_BASE)
+    else:
+        writer.add_layer_norm_eps(source.model.ln_f.eps)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     tokens, types, merges = vocabulary(source)
     writer.add_tokenizer_model("gpt2")
@@ -68,11 +74,13 @@ def add_metadata(writer: gguf.GGUFWriter, source: ExportSource) -> None:
 
 def write_file(path: Path, source: ExportSource, tensors: bool = True) -> None:
     """The GGUF file of ``source``; without ``tensors``, its metadata alone (what ``verify --export`` compares)."""
-    writer = gguf.GGUFWriter(path, arch=ARCH)
+    config = source.model.config
+    arch = gguf_architecture(config)
+    writer = gguf.GGUFWriter(path, arch=arch)
     add_metadata(writer, source)
     if tensors:
         state = source.state
-        for slot in slots(source.model.config):
+        for slot in slots(config, gguf_llama=arch == "llama"):
             writer.add_tensor(slot.gguf, exported(slot, state, hf=False).numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -1,4 +1,5 @@
-"""``solomon export --format hf``: a directory ``transformers`` loads as ``GPT2LMHeadModel`` with ``AutoTokenizer``.
+"""``solomon export --format hf``: a directory ``transformers`` loads with ``AutoTokenizer`` and as ``GPT2LMHeadModel``
+(family gpt2), ``LlamaForCausalLM`` (family llama) or ``Qwen3ForCausalLM`` (family llama with QK-norm).
 
 Every file but the weights is rendered from the verified run alone (no clock, no host), so ``verify --export``
 renders them again and compares bytes; the weights it maps back to the run's tensors (``solomon.export.layout``).
@@ -16,13 +17,50 @@ from solomon.atomic import canonical_json, staged_dir, write_bytes, write_with
 from solomon.export import HF, card, record
 from solomon.export.layout import exported, slots
 from solomon.export.source import ExportSource, verified_source
+from solomon.model.gpt import RMS_EPS, ROPE_BASE
 
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 
 
 def config(source: ExportSource) -> dict:
-    """GPT2Config's fields for the run's model, and where it came from."""
+    """The Hugging Face config of the run's model, and where it came from."""
+    return llama_config(source) if source.model.config.llama else gpt2_config(source)
+
+
+def llama_config(source: ExportSource) -> dict:
+    """LlamaConfig's fields (Qwen3Config's with QK-norm, whose q_norm and k_norm have a gain per head channel)."""
+    config, eod = source.model.config, source.eod_id
+    qwen3 = config.qk_norm
+    fields = {
+        "architectures": ["Qwen3ForCausalLM" if qwen3 else "LlamaForCausalLM"],
+        "model_type": "qwen3" if qwen3 else "llama",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.n_embd,
+        "intermediate_size": config.mlp_hidden,
+        "num_hidden_layers": config.n_layer,
+        "num_attention_heads": config.n_head,
+        "num_key_value_heads": config.n_head,
+        "head_dim": config.n_embd // config.n_head,
+        "hidden_act": "silu",
+        "max_position_embeddings": config.block_size,
+        "rms_norm_eps": RMS_EPS,
+        "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE},
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": True,
+        "bos_token_id": eod,
+        "eos_token_id": eod,
+        "dtype": "float32",
+        "use_cache": True,
+        "solomon": provenance_keys(source),
+    }
+    return fields | ({"use_sliding_window": False} if qwen3 else {"mlp_bias": False})
+
+
+def gpt2_config(source: ExportSource) -> dict:
+    """GPT2Config's fields."""
     model, eod = source.model, source.eod_id
     return {
         "architectures": ["GPT2LMHeadModel"],

@@ -1,9 +1,11 @@
-"""A GPT-style decoder-only Transformer: pre-LayerNorm blocks, causal scaled-dot-product attention, tied
-input/output embeddings. Plain PyTorch, after nanoGPT's model.py; it knows nothing of files or pipelines.
+"""A decoder-only Transformer: pre-norm blocks, causal scaled-dot-product attention, tied input/output embeddings.
+Plain PyTorch, after nanoGPT's model.py; it knows nothing of files or pipelines.
 
-By default it is GPT-2's architecture (learned positions, exact GELU). Three options change it: rotary position
-embeddings on queries and keys instead of learned positions (RoFormer; GPT-NeoX's rotate-half pairing), RMS-normalised
-queries and keys (QK-norm, without a learned gain) and a squared-ReLU MLP (Primer)."""
+Two block families. ``gpt2`` (the default) is GPT-2's architecture: LayerNorm, learned positions, an exact-GELU MLP;
+three options change it: rotary position embeddings on queries and keys (RoFormer; GPT-NeoX's rotate-half pairing),
+RMS-normalised queries and keys (QK-norm, without a gain) and a squared-ReLU MLP (Primer). ``llama`` is the layout
+of Llama and Qwen3: RMSNorm with a gain, rotary positions, a SwiGLU MLP, no biases, and with ``qk_norm`` each head's
+queries and keys RMS-normalised with a gain of their own (Qwen3)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,21 @@ import torch.nn.functional as F
 from solomon.model.linear_cross_entropy import linear_cross_entropy
 from solomon.params import ModelParams
 
-# The architecture options and their values are ModelParams' (one declaration): off is its default, GPT-2's value.
-OPTIONS = ("position", "qk_norm", "activation")
-OFF = {name: ModelParams.model_fields[name].default for name in OPTIONS}
-CHOICES = {name: get_args(ModelParams.model_fields[name].annotation) for name in ("position", "activation")}
+# The architecture options and their values are ModelParams' (one declaration); off is GPT-2's value.
+OPTIONS = ("position", "qk_norm", "activation", "family")
+OFF = {"position": "learned", "qk_norm": False, "activation": "gelu", "family": "gpt2"}
+
+
+def _values(annotation: object) -> tuple[str, ...]:
+    """The strings of a ``Literal`` (or an optional one)."""
+    return tuple(a for arg in get_args(annotation) for a in (get_args(arg) or (arg,)) if isinstance(a, str))
+
+
+CHOICES = {name: _values(ModelParams.model_fields[name].annotation) for name in ("position", "activation", "family")}
+FAMILY_DEFAULTS = {"gpt2": {"position": "learned", "activation": "gelu"},
+                   "llama": {"position": "rotary", "activation": "swiglu"}}  # fmt: skip
 ROPE_BASE = 10000.0  # RoFormer's and GPT-NeoX's base wavelength
+RMS_EPS = 1e-6  # the llama family's RMSNorm epsilon (Qwen3's)
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,7 @@ class GPTConfig:
     position: str = OFF["position"]
     qk_norm: bool = OFF["qk_norm"]
     activation: str = OFF["activation"]
+    family: str = OFF["family"]
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -51,9 +64,25 @@ class GPTConfig:
         """The architecture options that are on (GPT-2 has none of them), by name: {} for GPT-2's architecture."""
         return {name: getattr(self, name) for name, off in OFF.items() if getattr(self, name) != off}
 
+    @property
+    def llama(self) -> bool:
+        return self.family == "llama"
+
+    @property
+    def mlp_hidden(self) -> int:
+        """The MLP's hidden width: 4 × n_embd, or for SwiGLU 8/3 × n_embd rounded up to a multiple of 64 (the same
+        parameter count in three matrices as GELU's in two, where 8/3 × n_embd is a multiple of 64)."""
+        if self.activation == "swiglu":
+            return -(-8 * self.n_embd // (3 * 64)) * 64
+        return 4 * self.n_embd
+
     @classmethod
     def from_params(cls, params: ModelParams, vocab_size: int) -> GPTConfig:
-        return cls(vocab_size=vocab_size, **params.model_dump())
+        """The config of ``params``, an option left null resolved to its family's value."""
+        values = params.model_dump()
+        for name, value in FAMILY_DEFAULTS[params.family].items():
+            values[name] = values[name] or value
+        return cls(vocab_size=vocab_size, **values)
 
     def to_dict(self) -> dict:
         """The config as config.json stores it: an option only when on, so a GPT-2 model's config keeps the bytes
@@ -112,6 +141,10 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.n_head = config.n_head
         self.qk_norm = config.qk_norm
+        head_dim = config.n_embd // config.n_head
+        # the llama family's QK-norm has a gain per channel of a head (Qwen3's q_norm, k_norm); GPT-2's has none
+        self.q_norm = nn.RMSNorm(head_dim, eps=RMS_EPS) if config.qk_norm and config.llama else None
+        self.k_norm = nn.RMSNorm(head_dim, eps=RMS_EPS) if config.qk_norm and config.llama else None
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = Dropout(config.dropout)
@@ -124,7 +157,9 @@ class CausalSelfAttention(nn.Module):
         batch, time, channels = x.shape
         q, k, v = self.qkv(x).split(channels, dim=2)
         q, k, v = (t.view(batch, time, self.n_head, channels // self.n_head).transpose(1, 2) for t in (q, k, v))
-        if self.qk_norm:
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        elif self.qk_norm:
             q, k = F.rms_norm(q, q.shape[-1:]), F.rms_norm(k, k.shape[-1:])
         if rotation is not None:
             q, k = rotate(q, rotation), rotate(k, rotation)
@@ -141,25 +176,40 @@ class CausalSelfAttention(nn.Module):
 
 
 class MLP(nn.Module):
+    """fc, the nonlinearity, proj. For SwiGLU ``fc`` holds the gate's rows then the up-projection's (one GEMM for
+    both): ``silu(gate) * up``."""
+
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.activation = config.activation
+        hidden = config.mlp_hidden
+        self.fc = nn.Linear(config.n_embd, 2 * hidden if self.activation == "swiglu" else hidden, bias=config.bias)
+        self.proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
         self.dropout = Dropout(config.dropout)
-        self.squared_relu = config.activation == "relu2"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = self.fc(x)
-        hidden = F.relu(hidden).square() if self.squared_relu else F.gelu(hidden)
+        if self.activation == "swiglu":
+            gate, up = hidden.chunk(2, dim=-1)
+            hidden = F.silu(gate) * up
+        else:
+            hidden = F.relu(hidden).square() if self.activation == "relu2" else F.gelu(hidden)
         return self.dropout(self.proj(hidden))
+
+
+def norm(config: GPTConfig) -> nn.Module:
+    """The family's normalisation of the residual stream: LayerNorm (gpt2), or RMSNorm with a gain (llama)."""
+    if config.llama:
+        return nn.RMSNorm(config.n_embd, eps=RMS_EPS)
+    return nn.LayerNorm(config.n_embd, bias=config.bias)
 
 
 class Block(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_1 = norm(config)
         self.attn = CausalSelfAttention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_2 = norm(config)
         self.mlp = MLP(config)
 
     def forward(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
@@ -177,7 +227,7 @@ class GPT(nn.Module):
         self.rotary = Rotary(config.n_embd // config.n_head, config.block_size) if rotary else None
         self.drop = Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
-        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.ln_f = norm(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings
         self.apply(self._init_weights)
