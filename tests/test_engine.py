@@ -21,9 +21,13 @@ from solomon.serving.precision import in_precision
 BLOCK = 16
 
 
-# GPT-2's architecture, and the same with every architecture option on (rotary positions, QK-norm, squared ReLU).
-@pytest.fixture(scope="module", params=[{}, {"position": "rotary", "qk_norm": True, "activation": "relu2"}],
-                ids=["gpt2", "options"])  # fmt: skip
+# GPT-2's architecture, the same with every architecture option on (rotary positions, QK-norm, squared ReLU), and
+# the llama family with QK-norm (Qwen3's layout: RMSNorm and QK-norm with gains, SwiGLU).
+QWEN3 = {"family": "llama", "position": "rotary", "activation": "swiglu", "qk_norm": True}
+
+
+@pytest.fixture(scope="module", params=[{}, {"position": "rotary", "qk_norm": True, "activation": "relu2"}, QWEN3],
+                ids=["gpt2", "options", "qwen3"])  # fmt: skip
 def model(request: pytest.FixtureRequest) -> GPT:
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=101, block_size=BLOCK, n_layer=2, n_head=4, n_embd=128, **request.param)).eval()

@@ -22,6 +22,7 @@ PROMPTS = ("In the beginning", "And the LORD said unto Moses", "Blessed are")
 GREEDY_TOKENS = 32
 LOGIT_TOLERANCE = 1e-3  # fp32 both ways; llama.cpp's own GEMM kernels sum in another order than torch's
 LLAMA_TOLERANCE = 1e-4  # the llama family's (issue 47's bound)
+F32 = 0  # ggml's type id of float32
 
 pytestmark = pytest.mark.slow
 torch.set_num_threads(1)
@@ -63,7 +64,8 @@ def test_llama_cpp_runs_the_gguf_export_with_solomons_tokens_logits_and_greedy_t
     eod = tokenizer.token_to_id("<|endoftext|>")
     block = ours.config.block_size
     theirs = llama_cpp.Llama(
-        model_path=str(path), n_ctx=block, n_batch=block, n_threads=1, logits_all=True, verbose=False, seed=0
+        model_path=str(path), n_ctx=block, n_batch=block, n_threads=1, logits_all=True, verbose=False, seed=0,
+        type_k=F32, type_v=F32,  # the KV cache in fp32, as Solomon's (llama.cpp's default is f16)
     )
     assert theirs.n_vocab() == ours.config.vocab_size and theirs.token_eos() == eod
     worst = 0.0

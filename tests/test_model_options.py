@@ -1,6 +1,7 @@
-"""The architecture options (rotary positions, QK-norm, squared ReLU): what each computes, that a GPT-2 model's
-config keeps its bytes, that a model with options saves, loads, resumes exactly and is refused by the GPT-2-layout
-exports in one line. The serving engine's tests run on a model with every option too (tests/test_engine.py)."""
+"""The architecture options (rotary positions, QK-norm, squared ReLU) and the llama block family: what each computes,
+that a GPT-2 model's config keeps its bytes, that a model with options or of the llama family saves, loads, resumes
+exactly, and that a gpt2 model with options is refused by the GPT-2-layout exports in one line. The serving engine's
+tests run on a model with every option and on the llama family too (tests/test_engine.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from solomon.params import load_params
 
 torch.set_num_threads(1)
 EVERY_OPTION = {"position": "rotary", "qk_norm": True, "activation": "relu2"}
+LLAMA = {"family": "llama", "position": "rotary", "activation": "swiglu"}  # a resolved llama config
+QWEN3 = LLAMA | {"qk_norm": True}
 SIZES = {"vocab_size": 61, "block_size": 24, "n_layer": 2, "n_head": 2, "n_embd": 32}
 
 
@@ -73,7 +76,7 @@ def test_a_gpt2_config_keeps_its_bytes_and_each_option_is_written_only_when_on()
     assert all(not torch.allclose(each, plain_logits) for each in logits.values())
 
 
-@pytest.mark.parametrize("options", [{}, *({k: v} for k, v in EVERY_OPTION.items()), EVERY_OPTION])
+@pytest.mark.parametrize("options", [{}, *({k: v} for k, v in EVERY_OPTION.items()), EVERY_OPTION, LLAMA, QWEN3])
 def test_cached_prefill_and_decode_give_the_plain_forwards_logits_within_1e_5(options: dict) -> None:
     model = model_with(**options)
     ids = torch.randint(0, SIZES["vocab_size"], (1, 20), generator=torch.Generator().manual_seed(2))
@@ -100,13 +103,44 @@ def test_a_model_with_options_round_trips_through_its_files_and_a_bad_option_is_
         weights.load(tmp_path / "model")
 
 
-def test_params_refuse_an_unknown_position_or_activation_naming_the_key(tmp_path: Path) -> None:
-    for key, value in (("position", "alibi"), ("activation", "swiglu")):
+def test_params_refuse_an_unknown_option_or_one_the_llama_family_has_not_naming_the_key(tmp_path: Path) -> None:
+    cases = (
+        ("position: alibi", "position"),
+        ("activation: swish", "activation"),
+        ("family: llama\n  position: learned", "position"),
+        ("family: llama\n  activation: relu2", "activation"),
+        ("family: llama\n  bias: true", "bias"),
+    )
+    for model, key in cases:
         path = tmp_path / "params.yaml"
-        path.write_text(f"model:\n  {key}: {value}\n")
+        path.write_text(f"model:\n  {model}\n")
         with pytest.raises(SolomonError, match=rf"model\.{key}") as caught:
             load_params(path)
         assert "\n" not in str(caught.value)
+
+
+def test_the_llama_family_is_rmsnorm_with_a_gain_swiglu_and_qwen3s_qk_norm_with_a_gain() -> None:
+    model = model_with(**QWEN3)
+    block = model.blocks[0]
+    assert isinstance(block.ln_1, torch.nn.RMSNorm) and block.ln_1.weight is not None
+    assert model.wpe is None and not any(name.endswith(".bias") for name, _ in model.named_parameters())
+    x = torch.randn(1, 5, SIZES["n_embd"])
+    hidden = block.mlp.fc(x)
+    gate, up = hidden.chunk(2, dim=-1)
+    assert gate.shape[-1] == 128 and torch.equal(block.mlp(x), block.mlp.proj(torch.nn.functional.silu(gate) * up))
+    with torch.no_grad():
+        block.attn.q_norm.weight.fill_(2.0)  # the gain scales each head's normalised queries
+        q, _, _ = block.attn.heads(x, None)
+    assert torch.allclose(q.pow(2).mean(-1), torch.full(q.shape[:-1], 4.0), atol=1e-3)
+    default = GPTConfig.from_params(load_params_from({"family": "llama"}), 61)
+    assert (default.position, default.activation) == ("rotary", "swiglu")
+    assert GPTConfig(**{**SIZES, "n_embd": 384, **LLAMA}).mlp_hidden == 1024  # GELU's 2 × 384 × 1536 parameters
+
+
+def load_params_from(model: dict):
+    from solomon.params import Params
+
+    return Params.model_validate({"model": model}).model
 
 
 def test_the_gpt2_layout_exports_refuse_a_model_with_options_in_one_line() -> None:
@@ -118,14 +152,15 @@ def test_the_gpt2_layout_exports_refuse_a_model_with_options_in_one_line() -> No
     assert len(slots(GPTConfig(**SIZES))) == 2 + 12 * 2 + 2
 
 
-def test_a_run_with_every_option_killed_between_checkpoints_resumes_to_the_same_bytes(
-    built_repo: Path, tmp_path: Path
+@pytest.mark.parametrize("model", [EVERY_OPTION, {"family": "llama", "qk_norm": True}], ids=["gpt2-options", "qwen3"])
+def test_a_run_with_options_or_of_the_llama_family_killed_between_checkpoints_resumes_to_the_same_bytes(
+    built_repo: Path, tmp_path: Path, model: dict
 ) -> None:
-    options = {"model": EVERY_OPTION}
+    options = {"model": model}
     reference = workdir(built_repo, tmp_path / "reference", options)
     assert (done := run_train(built_repo, reference)).returncode == 0, done.stderr
     config = json.loads((reference / "models" / weights.CONFIG_FILE).read_text())
-    assert {name: config[name] for name in EVERY_OPTION} == EVERY_OPTION
+    assert {name: config[name] for name in model} == model
 
     cwd = workdir(built_repo, tmp_path / "killed", options)
     killed = run_train(built_repo, cwd, crash_at="after-step:25")  # 5 steps past the checkpoint of step 20
