@@ -64,8 +64,15 @@ def test_llama_cpp_runs_the_gguf_export_with_solomons_tokens_logits_and_greedy_t
     eod = tokenizer.token_to_id("<|endoftext|>")
     block = ours.config.block_size
     theirs = llama_cpp.Llama(
-        model_path=str(path), n_ctx=block, n_batch=block, n_threads=1, logits_all=True, verbose=False, seed=0,
-        type_k=F32, type_v=F32,  # the KV cache in fp32, as Solomon's (llama.cpp's default is f16)
+        model_path=str(path),
+        n_ctx=block,
+        n_batch=block,
+        n_threads=1,
+        logits_all=True,
+        verbose=False,
+        seed=0,
+        type_k=F32,  # the KV cache in fp32, as Solomon's (llama.cpp's default is f16)
+        type_v=F32,
     )
     assert theirs.n_vocab() == ours.config.vocab_size and theirs.token_eos() == eod
     worst = 0.0
