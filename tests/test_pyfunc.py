@@ -100,3 +100,14 @@ def test_mlflow_models_serve_answers_invocations_with_the_same_text(promoted: Pa
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+def test_the_llama_familys_mlflow_export_predicts_the_text_solomon_generate_prints(retrained, tmp_path: Path) -> None:
+    import mlflow.pyfunc
+    import pandas as pd
+    from conftest import LLAMA_FAMILIES
+
+    repo = retrained({"model": LLAMA_FAMILIES["qwen3"]})
+    exported = export_mlflow(latest_run_dir(repo), repo, tmp_path / "export")
+    model = mlflow.pyfunc.load_model(str(exported))
+    assert model.predict(pd.DataFrame({"prompt": [PROMPT]}), params=SETTINGS) == [generated(repo)]
