@@ -158,7 +158,7 @@ def _bench(args: argparse.Namespace) -> None:
         "slots": args.slots,
     }  # fmt: skip
     parts = tuple(part for part in PARTS if part in (args.only or PARTS))
-    params = load_params(args.params) if "throughput" in parts else None  # the other parts read no params
+    params = load_params(args.params) if "throughput" in parts or "families" in parts else None
     result = measure(
         params,
         Path("."),

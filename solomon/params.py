@@ -136,6 +136,18 @@ class TokenizerParams(_Section):
     )
 
 
+# What a null model.position / model.activation means in each family (the model's config holds the value it was
+# built with).
+FAMILY_DEFAULTS = {"gpt2": {"position": "learned", "activation": "gelu"},
+                   "llama": {"position": "rotary", "activation": "swiglu"}}  # fmt: skip
+
+
+def with_family_defaults(model: dict) -> dict:
+    """A model section (as params.yaml holds it) with a null position or activation replaced by its family's."""
+    defaults = FAMILY_DEFAULTS.get(model.get("family", "gpt2"), {})
+    return model | {name: value for name, value in defaults.items() if model.get(name) is None}
+
+
 class ModelParams(_Section):
     """The decoder (solomon/model/gpt.py): pre-norm blocks, tied embeddings; GPT-2's family by default."""
 

@@ -29,7 +29,7 @@ TOP = "solomon.cli"  # the command line (a package of command modules) sits abov
 
 
 def floor_of(module: str) -> int:
-    if module == TOP or module.startswith(f"{TOP}."):
+    if module == TOP or module.startswith(f"{TOP}.") or module == "solomon.__main__":  # `python -m solomon`
         return len(FLOORS)
     for index, (_, package) in reversed(list(enumerate(FLOORS))):
         if package and (module == package or module.startswith(f"{package}.")):

@@ -67,7 +67,14 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     assert 0 < stage["resume_s"] < stage["process_s"]  # start to training again, less one step
     # The copy of the built pipeline is up to date, so the bench times a real no-op `dvc repro`.
     assert stage["noop_dvc_repro_s"] > 0
-    assert result["parts"] == ["throughput", "stage", "serving"] and "serving" not in result  # 0 clients: skipped
+    assert result["parts"] == ["throughput", "families", "portable", "stage", "serving"]
+    assert "serving" not in result  # 0 clients: skipped
+    families = result["families"]["families"]
+    assert set(families) == {"gpt2", "llama", "qwen3"} and families["gpt2"]["step_time_to_gpt2"] == 1
+    assert all(f["ms_per_step"] > 0 for f in families.values()) and "the block families' step" in done.stdout
+    portable = result["portable"]
+    assert [len(runs) for runs in portable["runs"].values()] == [2, 2] and portable["portable_over_default"] > 0
+    assert "portable mode's cost on the default model (A B A B" in done.stdout
 
 
 def _assert_bf16_left_out(throughput: dict, text: str) -> None:

@@ -52,13 +52,14 @@ def test_rendering_keeps_a_users_values_and_refreshes_only_comments(tmp_path: Pa
 
 def test_gpt_config_comes_from_the_model_params() -> None:
     options = ["position", "qk_norm", "activation"]  # the architecture options, written only when on
-    assert [field.name for field in dataclasses.fields(GPTConfig)] == CONFIG_KEYS + options
-    assert list(ModelParams.model_fields) == ["n_layer", "n_head", "n_embd", "block_size", "dropout", "bias", *options]
+    assert [field.name for field in dataclasses.fields(GPTConfig)] == [*CONFIG_KEYS, *options, "family"]
+    sizes = ["n_layer", "n_head", "n_embd", "block_size", "dropout", "bias"]
+    assert list(ModelParams.model_fields) == ["family", *sizes, *options]
     model = load_params(ROOT / "params.yaml").model
     config = GPTConfig.from_params(model, vocab_size=8192).to_dict()
     # config.json is hashed in the manifest: the same keys, order and values as before from_params existed
     assert list(config) == CONFIG_KEYS
-    assert config == {"vocab_size": 8192, **model.model_dump(exclude=set(options))}
+    assert config == {"vocab_size": 8192, **model.model_dump(exclude={*options, "family"})}
     rotary = GPTConfig.from_params(model.model_copy(update={"position": "rotary"}), vocab_size=8192).to_dict()
     assert list(rotary) == [*CONFIG_KEYS, "position"] and rotary["position"] == "rotary"
 

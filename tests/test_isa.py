@@ -15,10 +15,13 @@ def test_every_op_hashes_and_the_same_process_gives_the_same_hashes() -> None:
 
 
 def test_the_table_names_what_pinning_changes_and_what_the_emulator_does_not_reproduce() -> None:
-    native, pinned, emulated = {"a": "1", "b": "2"}, {"a": "1", "b": "3"}, {"a": "9", "b": "3"}
-    lines = table(native, pinned, emulated).splitlines()
-    assert lines[2:] == ["| a | no | differs |", "| b | yes | **equal** |"]
-    assert table({"b": "1", "A": "1"}, {"b": "1", "A": "1"}, {"b": "1", "A": "1"}).splitlines()[2].startswith("| A")
+    native, pinned = {"a": "1", "b": "2"}, {"a": "1", "b": "3"}
+    emulated = {"AMD": {"a": "9", "b": "3"}, "Intel": {"a": "1", "b": "4"}}
+    lines = table({"native": native, "pinned": pinned, "emulated": emulated}).splitlines()
+    assert lines[0] == "| op | pinning changes it | pinned = emulated AMD | pinned = emulated Intel |"
+    assert lines[2:] == ["| a | no | differs | **equal** |", "| b | yes | **equal** | differs |"]
+    same = {"b": "1", "A": "1"}
+    assert table({"native": same, "pinned": same, "emulated": {"X": same}}).splitlines()[2].startswith("| A")
 
 
 def test_the_page_is_what_its_record_renders() -> None:

@@ -14,7 +14,8 @@
 4. Serving, side by side on one model of the default size with random weights (``serving_section``): the old
    serial path, the engine through a server process on loopback at 1, 4 and 16 streaming clients, the hardware's
    bandwidth and compute limits for the model's size, and transformers and llama.cpp on the same weights.
-5. The portable mode's cost (``lab.bench.portable``): the default model's step in the default mode and in
+5. The block families' step (``lab.bench.families``): gpt2, llama and Qwen3's layout in turn in one process.
+6. The portable mode's cost (``lab.bench.portable``): the default model's step in the default mode and in
    portable mode (``train.portable``), each in a child process, alternating A B A B.
 ``measure`` takes all of them (or the parts named), handing each part's text (``format_*``) to the caller as soon as
 it is measured.
@@ -23,7 +24,7 @@ out, with ``NOT_NATIVE`` as the reason: there a bf16 step takes minutes (docs/tr
 A benchmark, not a test: nothing here asserts a time.
 """
 
-PARTS = ("throughput", "portable", "stage", "serving")  # `python -m lab bench --only` names them
+PARTS = ("throughput", "families", "portable", "stage", "serving")  # `python -m lab bench --only` names them
 SERVING_CLIENTS = (1, 4, 16)  # the engine's rows: closed-loop streaming clients (`--serving-clients`)
 SERVING_REQUESTS = 4  # completions per client and client count (`--serving-requests`)
 NOT_NATIVE = "this CPU has no native bf16 matmuls: bf16 runs through torch's scalar fallback here (docs/training.md)"

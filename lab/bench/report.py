@@ -4,11 +4,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lab.bench import PARTS
+from lab.bench.families import family_steps, format_families
 from lab.bench.portable import format_portable, portable_cost
 from lab.bench.serving_section import format_serving, serving_section
 from lab.bench.stage import stage_overheads
 from lab.bench.throughput import training_throughput
-from solomon.params import Params
+from solomon.params import Params, load_params
 from solomon.records import PARAMS_FILE, TOKENS_DIR
 
 
@@ -34,6 +35,9 @@ def measure(
     if "throughput" in parts:
         result["throughput"] = training_throughput(params, steps=steps, compile_variant=compile_variant)
         report(format_throughput(result["throughput"]))
+    if "families" in parts:
+        result["families"] = family_steps(params or load_params(params_file))
+        report(format_families(result["families"]))
     if "portable" in parts:
         result["portable"] = portable_cost(params_file)
         report(format_portable(result["portable"]))

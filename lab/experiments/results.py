@@ -14,7 +14,7 @@ from pathlib import Path
 from lab.experiments.spec import nest, run_settings
 from lab.scratch import merge
 from solomon.errors import SolomonError
-from solomon.params import Params, before_values, flatten, read_yaml
+from solomon.params import Params, before_values, flatten, read_yaml, with_family_defaults
 from solomon.records import PARAMS_FILE, RECORD_FILES, RunFiles, read_evals, read_json, read_reliability, read_steps
 
 THEN_LOG = "then.log"
@@ -55,6 +55,11 @@ def read_results(data: Path, runs: list[str]) -> dict[str, dict]:
     return results
 
 
+def _resolved(params: dict) -> dict:
+    """``params`` with the model's null options as the family's values: what a run records and builds."""
+    return params | {"model": with_family_defaults(params.get("model") or {})}
+
+
 def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]:
     """One line per run of the page whose recorded params.yaml is not what its command gives on ``params`` (the
     current params.yaml, nested) — its numbers are from another recipe — naming the first differing keys. A key
@@ -67,8 +72,8 @@ def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]
         if not recorded_path.is_file():
             stale.append(f"{page}/{run}: no record of the params it ran with (made before the runner kept them)")
             continue
-        recorded = flatten(read_yaml(recorded_path), "")
-        expected = flatten(merge(params, nest(settings)), "")
+        recorded = flatten(_resolved(read_yaml(recorded_path)), "")
+        expected = flatten(_resolved(merge(params, nest(settings))), "")
         differing = [
             f"{key} ran {recorded.get(key, '(unset)')!r}, now {expected.get(key, '(unset)')!r}"
             for key in sorted(recorded.keys() | expected.keys())

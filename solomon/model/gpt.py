@@ -18,7 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from solomon.model.linear_cross_entropy import linear_cross_entropy
-from solomon.params import ModelParams
+from solomon.params import ModelParams, with_family_defaults
 
 # The architecture options and their values are ModelParams' (one declaration); off is GPT-2's value.
 OPTIONS = ("position", "qk_norm", "activation", "family")
@@ -31,8 +31,6 @@ def _values(annotation: object) -> tuple[str, ...]:
 
 
 CHOICES = {name: _values(ModelParams.model_fields[name].annotation) for name in ("position", "activation", "family")}
-FAMILY_DEFAULTS = {"gpt2": {"position": "learned", "activation": "gelu"},
-                   "llama": {"position": "rotary", "activation": "swiglu"}}  # fmt: skip
 ROPE_BASE = 10000.0  # RoFormer's and GPT-NeoX's base wavelength
 RMS_EPS = 1e-6  # the llama family's RMSNorm epsilon (Qwen3's)
 
@@ -79,10 +77,7 @@ class GPTConfig:
     @classmethod
     def from_params(cls, params: ModelParams, vocab_size: int) -> GPTConfig:
         """The config of ``params``, an option left null resolved to its family's value."""
-        values = params.model_dump()
-        for name, value in FAMILY_DEFAULTS[params.family].items():
-            values[name] = values[name] or value
-        return cls(vocab_size=vocab_size, **values)
+        return cls(vocab_size=vocab_size, **with_family_defaults(params.model_dump()))
 
     def to_dict(self) -> dict:
         """The config as config.json stores it: an option only when on, so a GPT-2 model's config keeps the bytes
