@@ -110,6 +110,13 @@ def rotate(x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor]) -> torc
     return torch.cat((first * cos - second * sin, second * cos + first * sin), dim=-1)
 
 
+def rms_norm_as(x: torch.Tensor, norm: nn.RMSNorm) -> torch.Tensor:
+    """``norm(x)`` with its gain cast to ``x``'s dtype: under bf16 autocast the queries and keys are bf16, and a
+    float32 gain sends ``rms_norm`` down its unfused path (several passes each way)."""
+    assert norm.weight is not None and isinstance(norm.eps, float)
+    return F.rms_norm(x, norm.normalized_shape, norm.weight.to(x.dtype), norm.eps)
+
+
 class Dropout(nn.Module):
     """``nn.Dropout`` with a cheaper mask: each element draws a 16-bit slice of a full-range 64-bit random word,
     four elements per draw of the CPU generator instead of one (``bernoulli_``'s masks were a visible share of a
@@ -153,7 +160,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(channels, dim=2)
         q, k, v = (t.view(batch, time, self.n_head, channels // self.n_head).transpose(1, 2) for t in (q, k, v))
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+            q, k = rms_norm_as(q, self.q_norm), rms_norm_as(k, self.k_norm)
         elif self.qk_norm:
             q, k = F.rms_norm(q, q.shape[-1:]), F.rms_norm(k, k.shape[-1:])
         if rotation is not None:
