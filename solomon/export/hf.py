@@ -30,7 +30,7 @@ def config(source: ExportSource) -> dict:
 
 def llama_config(source: ExportSource) -> dict:
     """LlamaConfig's fields (Qwen3Config's with QK-norm, whose q_norm and k_norm have a gain per head channel)."""
-    config, eod = source.model.config, source.eod_id
+    config = source.model.config
     qwen3 = config.qk_norm
     fields = {
         "architectures": ["Qwen3ForCausalLM" if qwen3 else "LlamaForCausalLM"],
@@ -48,20 +48,13 @@ def llama_config(source: ExportSource) -> dict:
         "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE},
         "attention_bias": False,
         "attention_dropout": 0.0,
-        "initializer_range": 0.02,
-        "tie_word_embeddings": True,
-        "bos_token_id": eod,
-        "eos_token_id": eod,
-        "dtype": "float32",
-        "use_cache": True,
-        "solomon": provenance_keys(source),
     }
-    return fields | ({"use_sliding_window": False} if qwen3 else {"mlp_bias": False})
+    return fields | shared_config(source) | ({"use_sliding_window": False} if qwen3 else {"mlp_bias": False})
 
 
 def gpt2_config(source: ExportSource) -> dict:
     """GPT2Config's fields."""
-    model, eod = source.model, source.eod_id
+    model = source.model
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -80,6 +73,14 @@ def gpt2_config(source: ExportSource) -> dict:
         "scale_attn_weights": True,
         "scale_attn_by_inverse_layer_idx": False,
         "reorder_and_upcast_attn": False,
+    } | shared_config(source)
+
+
+def shared_config(source: ExportSource) -> dict:
+    """The fields every family's config has alike: tied embeddings, the end-of-document token as BOS and EOS, fp32,
+    and where the model came from."""
+    eod = source.eod_id
+    return {
         "initializer_range": 0.02,
         "tie_word_embeddings": True,
         "bos_token_id": eod,
