@@ -65,7 +65,7 @@ def module_name(relative: Path) -> str:
 def floor_index(module: str, floors: Floors, top: str) -> int:
     """The floor a product module stands on: the last floor whose package holds it, else the ground; ``top`` (the
     command line) above every floor, as ``len(floors)``."""
-    if module == top or module.startswith(f"{top}."):
+    if module == top or module.startswith(f"{top}.") or module == "solomon.__main__":  # `python -m solomon`
         return len(floors)
     for index in reversed(range(len(floors))):
         package = floors[index][1]
