@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -88,11 +87,15 @@ def _run(command: list[str], cwd: Path, emulator: str | None, portable: bool) ->
     return time.perf_counter() - started
 
 
-def _copy_for(repo: Path, dest: Path, keep: Callable[[str], bool]) -> Path:
-    """A copy of ``repo`` holding only the top-level entries ``keep`` accepts (its data, its code)."""
+# What a copy made to run a stage again leaves out: the training's outputs and the git history.
+OUTPUTS = frozenset({"models", "checkpoints", "anchors", "reports", ".git"})
+
+
+def _copy_without_outputs(repo: Path, dest: Path) -> Path:
+    """A copy of ``repo``'s code and data, without the top-level ``OUTPUTS``."""
     dest.mkdir(parents=True)
     for entry in repo.iterdir():
-        if keep(entry.name):
+        if entry.name not in OUTPUTS:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.copytree(entry, dest / entry.name, symlinks=True)
             else:
@@ -111,13 +114,13 @@ def build(scratch: Path, overrides: dict) -> Path:
 
 def train_elsewhere(repo: Path, dest: Path, emulator: str | None, portable: bool) -> tuple[Path, float]:
     """The train stage again in a copy of ``repo``'s code and data (no outputs), under ``emulator``."""
-    copy = _copy_for(repo, dest, lambda name: name not in ("models", "checkpoints", "anchors", "reports", ".git"))
+    copy = _copy_without_outputs(repo, dest)
     return copy, _run([*stage_command(copy, "train"), "--no-gemm-peak"], copy, emulator, portable)
 
 
 def data_elsewhere(repo: Path, dest: Path, emulator: str) -> tuple[Path, float]:
     """The prepare and tokenizer stages again in a copy of ``repo`` without their outputs, under ``emulator``."""
-    copy = _copy_for(repo, dest, lambda name: name not in ("models", "checkpoints", "anchors", "reports", ".git"))
+    copy = _copy_without_outputs(repo, dest)
     for produced in ("data/corpus", "data/tokens", "data/tokenizer.json"):
         path = copy / produced
         shutil.rmtree(path) if path.is_dir() else path.unlink()

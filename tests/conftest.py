@@ -184,7 +184,13 @@ def built_repo(tmp_path_factory) -> Path:
     return repo
 
 
-LLAMA_FAMILIES = {"llama": {"family": "llama"}, "qwen3": {"family": "llama", "qk_norm": True}}  # model.* overrides
+# The block families the exports and the engine are tested on, as model.* params (the rest: the family's own).
+FAMILIES = {
+    "gpt2": {"family": "gpt2", "qk_norm": False},
+    "llama": {"family": "llama", "qk_norm": False},
+    "qwen3": {"family": "llama", "qk_norm": True},  # Qwen3's layout: the llama family with QK-norm
+}
+LLAMA_FAMILIES = {name: model for name, model in FAMILIES.items() if model["family"] == "llama"}
 
 
 @pytest.fixture(scope="session")
@@ -205,6 +211,22 @@ def retrained(built_repo: Path, tmp_path_factory) -> Callable[[dict], Path]:
         return made[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def family_repo(built_repo: Path, retrained) -> Callable[[str], Path]:
+    """The tiny pipeline trained as the block family ``name`` of ``FAMILIES``: the built pipeline itself when
+    params.yaml's default is that family, else a retrained copy. Tests of one family's layout ask for it by name,
+    so that they hold whichever family is the default."""
+    default = read_yaml(built_repo / PARAMS_FILE)["model"]
+
+    def get(name: str) -> Path:
+        model = FAMILIES[name]
+        if all(default.get(key) == value for key, value in model.items()):
+            return built_repo
+        return retrained({"model": model})
+
+    return get
 
 
 @pytest.fixture

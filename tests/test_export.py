@@ -57,14 +57,15 @@ def test_layout_maps_back_exactly_and_names_the_first_difference() -> None:
     assert "all zeros" in mismatch(bias, torch.full((64,), -0.0), state, hf=False)  # -0.0: not the bits of zero
 
 
-def test_hf_export_loads_in_transformers_and_computes_solomons_logits(built_repo: Path, tmp_path: Path) -> None:
+def test_hf_export_loads_in_transformers_and_computes_solomons_logits(family_repo, tmp_path: Path) -> None:
     from transformers import AutoTokenizer, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    run_dir = latest_run_dir(built_repo)
-    out = export_hf(run_dir, built_repo, tmp_path / "hf")
+    repo = family_repo("gpt2")  # GPT-2's layout in transformers and GGUF
+    run_dir = latest_run_dir(repo)
+    out = export_hf(run_dir, repo, tmp_path / "hf")
     hyper = yaml.safe_load((run_dir / "hyperparameters.yaml").read_text())
-    ours = weights.load(built_repo / "models")
-    tokenizer = load_tokenizer(built_repo / "data/tokenizer.json")
+    ours = weights.load(repo / "models")
+    tokenizer = load_tokenizer(repo / "data/tokenizer.json")
     eod = tokenizer.token_to_id(hyper["tokenizer"]["eod_token"])
 
     theirs = GPT2LMHeadModel.from_pretrained(out).eval()
@@ -108,18 +109,19 @@ def test_hf_export_loads_in_transformers_and_computes_solomons_logits(built_repo
     assert matter["license"] == datacard["license"] and matter["pipeline_tag"] == "text-generation"
     assert matter["model-index"][0]["results"][0]["metrics"][1]["value"] == metrics["val"]["perplexity"]
     assert provenance["run_id"] in card and provenance["manifest_sha256"] in card
-    assert verify_export(out, built_repo).startswith(f"{out}: hf export of run {provenance['run_id']} verified")
+    assert verify_export(out, repo).startswith(f"{out}: hf export of run {provenance['run_id']} verified")
 
     before = tree_digest(out)
-    export_hf(run_dir, built_repo, out)  # an earlier export of the same run is replaced: the same bytes
+    export_hf(run_dir, repo, out)  # an earlier export of the same run is replaced: the same bytes
     assert tree_digest(out) == before
 
 
-def test_gguf_export_reads_back_to_the_runs_tensors_bit_for_bit(built_repo: Path, tmp_path: Path) -> None:
-    run_dir = latest_run_dir(built_repo)
-    path = export_gguf(run_dir, built_repo, tmp_path / "gguf")
-    state = load_file(str(built_repo / "models/model.safetensors"))
-    config = json.loads((built_repo / "models/config.json").read_text())
+def test_gguf_export_reads_back_to_the_runs_tensors_bit_for_bit(family_repo, tmp_path: Path) -> None:
+    repo = family_repo("gpt2")  # GPT-2's layout in transformers and GGUF
+    run_dir = latest_run_dir(repo)
+    path = export_gguf(run_dir, repo, tmp_path / "gguf")
+    state = load_file(str(repo / "models/model.safetensors"))
+    config = json.loads((repo / "models/config.json").read_text())
     provenance = json.loads((path.parent / record.PROVENANCE).read_text())
     reader = gguf.GGUFReader(path)
     fields = {key: field.contents() for key, field in reader.fields.items()}
@@ -127,7 +129,7 @@ def test_gguf_export_reads_back_to_the_runs_tensors_bit_for_bit(built_repo: Path
     assert fields["solomon.run_id"] == run_dir.name == provenance["run_id"]
     assert fields["solomon.manifest_sha256"] == provenance["manifest_sha256"]
     assert fields["gpt2.context_length"] == config["block_size"] and fields["gpt2.block_count"] == config["n_layer"]
-    tokenizer = load_tokenizer(built_repo / "data/tokenizer.json")
+    tokenizer = load_tokenizer(repo / "data/tokenizer.json")
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     assert fields["tokenizer.ggml.tokens"] == [token for token, _ in vocab]
     assert fields["tokenizer.ggml.eos_token_id"] == tokenizer.token_to_id("<|endoftext|>")
@@ -146,13 +148,14 @@ def test_gguf_export_reads_back_to_the_runs_tensors_bit_for_bit(built_repo: Path
             assert data.numpy().tobytes() == state[names[name]].numpy().tobytes(), name
         else:
             assert not data.numpy().tobytes().strip(b"\0"), name  # a bias Solomon has not: zero bits
-    assert verify_export(path.parent, built_repo).startswith(f"{path.parent}: gguf export of run {run_dir.name}")
+    assert verify_export(path.parent, repo).startswith(f"{path.parent}: gguf export of run {run_dir.name}")
 
 
-def test_verify_export_fails_on_every_tamper(built_repo: Path, tmp_path: Path) -> None:
-    run_dir = latest_run_dir(built_repo)
-    hf_out = export_hf(run_dir, built_repo, tmp_path / "hf")
-    gguf_out = export_gguf(run_dir, built_repo, tmp_path / "gguf").parent
+def test_verify_export_fails_on_every_tamper(family_repo, tmp_path: Path) -> None:
+    repo = family_repo("gpt2")  # GPT-2's layout in transformers and GGUF
+    run_dir = latest_run_dir(repo)
+    hf_out = export_hf(run_dir, repo, tmp_path / "hf")
+    gguf_out = export_gguf(run_dir, repo, tmp_path / "gguf").parent
 
     def nudge_tensor(export: Path, name: str) -> None:
         tensors = load_file(str(export / "model.safetensors"))
@@ -197,10 +200,10 @@ def test_verify_export_fails_on_every_tamper(built_repo: Path, tmp_path: Path) -
         tamper(tampered)
         if forged:
             rehash_export(tampered)
-        message = one_line_refusal(verify_export, tampered, built_repo)
+        message = one_line_refusal(verify_export, tampered, repo)
         assert expected in message, (expected, message)
     for export in (hf_out, gguf_out):  # the originals were never touched
-        assert "verified" in verify_export(export, built_repo)
+        assert "verified" in verify_export(export, repo)
 
 
 def test_refusals_write_nothing_and_a_foreign_provenance_fails(repo_copy: Path, tmp_path: Path) -> None:

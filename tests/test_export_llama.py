@@ -28,9 +28,9 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(params=list(LLAMA_FAMILIES))
-def llama_repo(request, retrained) -> Path:
-    """The tiny pipeline retrained as the llama family (with QK-norm: Qwen3's layout)."""
-    return retrained({"model": LLAMA_FAMILIES[request.param]})
+def llama_repo(request, family_repo) -> Path:
+    """The tiny pipeline trained as the llama family (with QK-norm: Qwen3's layout)."""
+    return family_repo(request.param)
 
 
 def test_the_llama_layout_covers_every_tensor_and_interleaves_rotary_pairs_for_gguf_llama() -> None:
@@ -57,6 +57,8 @@ def test_transformers_loads_the_llama_export_and_computes_solomons_logits(llama_
     ours = weights.load(llama_repo / "models")
     theirs = AutoModelForCausalLM.from_pretrained(out).eval()
     assert isinstance(theirs, Qwen3ForCausalLM if ours.config.qk_norm else LlamaForCausalLM)
+    card = (out / "README.md").read_text()  # the model card names the class that loads it, not GPT-2's
+    assert f"`{type(theirs).__name__}.from_pretrained`" in card and "GPT2" not in card
     tokenizer = load_tokenizer(llama_repo / "data/tokenizer.json")
     eod = tokenizer.token_to_id("<|endoftext|>")
     worst = 0.0

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import LLAMA_FAMILIES, latest_run_dir
+from conftest import FAMILIES, latest_run_dir
 
 from solomon.data.tokens import load_tokenizer
 from solomon.export.gguf_file import export_gguf
@@ -53,11 +53,11 @@ def llama_greedy(model, ids: list[int], count: int, eod: int) -> list[int]:
     return tokens
 
 
-@pytest.mark.parametrize("family", ["gpt2", *LLAMA_FAMILIES])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_llama_cpp_runs_the_gguf_export_with_solomons_tokens_logits_and_greedy_text(
-    llama_cpp, built_repo: Path, retrained, tmp_path: Path, family: str
+    llama_cpp, family_repo, tmp_path: Path, family: str
 ) -> None:
-    repo = built_repo if family == "gpt2" else retrained({"model": LLAMA_FAMILIES[family]})
+    repo = family_repo(family)
     path = export_gguf(latest_run_dir(repo), repo, tmp_path / "gguf")
     ours = weights.load(repo / "models")
     tokenizer = load_tokenizer(repo / "data/tokenizer.json")

@@ -102,12 +102,14 @@ def test_mlflow_models_serve_answers_invocations_with_the_same_text(promoted: Pa
         log.close()
 
 
-def test_the_llama_familys_mlflow_export_predicts_the_text_solomon_generate_prints(retrained, tmp_path: Path) -> None:
+@pytest.mark.parametrize("family", ["gpt2", "qwen3"])
+def test_each_familys_mlflow_export_predicts_the_text_solomon_generate_prints(
+    family_repo, tmp_path: Path, family: str
+) -> None:
     import mlflow.pyfunc
     import pandas as pd
-    from conftest import LLAMA_FAMILIES
 
-    repo = retrained({"model": LLAMA_FAMILIES["qwen3"]})
+    repo = family_repo(family)
     exported = export_mlflow(latest_run_dir(repo), repo, tmp_path / "export")
     model = mlflow.pyfunc.load_model(str(exported))
     assert model.predict(pd.DataFrame({"prompt": [PROMPT]}), params=SETTINGS) == [generated(repo)]

@@ -1,6 +1,6 @@
 """The serving section's in-process rows on the bench's random weights: Solomon's old serial path, its engine
 without the HTTP stack (the like-for-like row beside transformers' ``generate``), and two peers
-loading the same weights through Solomon's own exporters — Hugging Face ``transformers`` (GPT2LMHeadModel,
+loading the same weights through Solomon's own exporters — Hugging Face ``transformers`` (the export's class,
 ``generate`` with its KV cache) and llama.cpp (``llama_cpp`` on the GGUF file), where it can be imported.
 
 The exporters take a ``solomon.export.source.ExportSource``; here it is one over files written to a scratch directory
@@ -117,15 +117,17 @@ def engine_rows(
 
 
 def hf_model(source: ExportSource):
-    """GPT2LMHeadModel from the export's config and its tensors in Hugging Face's layout (fp32)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """The export's transformers class (its config's ``architectures``) from its config and its tensors in Hugging
+    Face's layout (fp32)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     fields = {key: value for key, value in hf.config(source).items() if key != "solomon"}
-    model = GPT2LMHeadModel(GPT2Config(**fields)).eval()
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**fields)).eval()
     tensors = {slot.hf: exported(slot, source.state, hf=True) for slot in slots(source.model.config)}
     missing, unexpected = model.load_state_dict(tensors, strict=False)
-    if unexpected or set(missing) - {"lm_head.weight"}:  # the output projection is tied to wte
-        raise RuntimeError(f"the export's tensors do not fit GPT2LMHeadModel: {missing} missing, {unexpected} extra")
+    if unexpected or set(missing) - {"lm_head.weight"}:  # the output projection is tied to the embedding
+        name = type(model).__name__
+        raise RuntimeError(f"the export's tensors do not fit {name}: {missing} missing, {unexpected} extra")
     model.tie_weights()
     return model
 

@@ -42,6 +42,7 @@ from lab.bench.throughput import BENCH_GEMM
 from solomon import machine
 from solomon.data.tokens import load_tokenizer
 from solomon.errors import SolomonError
+from solomon.export import hf
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch
 from solomon.serving.engine import decode_batch
@@ -107,8 +108,9 @@ def serving_section(
         )
         (work / "export").mkdir()
         source = peers.unverified_source(reference, tokenizer_path, work / "export")
+        architecture = hf.config(source)["architectures"][0]
         for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-            peer = {"row": f"transformers GPT2LMHeadModel.generate, {name} (KV cache)", "precision": name}
+            peer = {"row": f"transformers generate, {name} ({architecture}, KV cache)", "precision": name}
             if name in left_out:
                 rows.append(peer | {"batch": 1, "skipped": NOT_NATIVE})
                 continue

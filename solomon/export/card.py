@@ -12,7 +12,7 @@ from solomon.records import RunFiles
 METRICS = (("loss", "Loss"), ("perplexity", "Perplexity"), ("bits_per_byte", "Bits per byte"), ("accuracy", "Accuracy"))
 
 
-def front_matter(source: ExportSource) -> dict:
+def front_matter(source: ExportSource, model_type: str) -> dict:
     data = source.record(RunFiles.DATACARD_JSON)["front_matter"]
     metrics = source.record(RunFiles.METRICS)
     corpus = source.hyperparameters["corpus"]["source"]
@@ -23,7 +23,7 @@ def front_matter(source: ExportSource) -> dict:
         "language": data.get("language", []),
         "library_name": "transformers",
         "pipeline_tag": "text-generation",
-        "tags": ["solomon", "gpt2", "text-generation"],
+        "tags": ["solomon", model_type, "text-generation"],
         "model-index": [
             {
                 "name": f"solomon-{source.run_id}",
@@ -44,11 +44,30 @@ def front_matter(source: ExportSource) -> dict:
     }
 
 
-def render(source: ExportSource) -> str:
-    matter = front_matter(source)
+def architecture(config: dict) -> str:
+    """One sentence on the model's layout, for the config's ``model_type``."""
+    if config["model_type"] == "gpt2":
+        return (
+            f"A GPT-2-architecture language model ({config['n_layer']} layers, {config['n_head']} heads, "
+            f"{config['n_embd']} wide, {config['n_positions']} positions, {config['vocab_size']} tokens, no biases: "
+            "GPT-2's are zeros here)"
+        )
+    family = "Qwen3" if config["model_type"] == "qwen3" else "Llama"
+    return (
+        f"A {family}-architecture language model ({config['num_hidden_layers']} layers, "
+        f"{config['num_attention_heads']} heads, {config['hidden_size']} wide, {config['max_position_embeddings']} "
+        f"positions, {config['vocab_size']} tokens: RMSNorm, SwiGLU, rotary positions"
+        + (", QK-norm" if family == "Qwen3" else "")
+        + ", tied embeddings, no biases)"
+    )
+
+
+def render(source: ExportSource, config: dict) -> str:
+    """The card of the export whose Hugging Face ``config`` (config.json's fields) is given."""
+    matter = front_matter(source, config["model_type"])
     fields = source.record(RunFiles.DATACARD_JSON).get("fields", {})
     metrics = source.record(RunFiles.METRICS)
-    config, git = source.model.config, source.git
+    git = source.git
     commit = f"{git.get('commit', 'unknown')}{' (tree differed from it)' if git.get('dirty') else ''}"
     rows = [
         f"| {split} | " + " | ".join(str(metrics.get(split, {}).get(key, "–")) for key, _ in METRICS) + " |"
@@ -63,11 +82,11 @@ def render(source: ExportSource) -> str:
         "",
         f"# solomon-{source.run_id}",
         "",
-        f"A GPT-2-architecture language model ({config.n_layer} layers, {config.n_head} heads, {config.n_embd} "
-        f"wide, {config.block_size} positions, {config.vocab_size} tokens, no biases: GPT-2's are zeros here) "
-        f"trained by Solomon on {name}. Load it with `GPT2LMHeadModel.from_pretrained` and `AutoTokenizer`; "
-        f"`generation_config.json` holds the run's sampling settings. transformers' GPT-2 stops at {config.block_size} "
-        "positions, prompt included, where Solomon's own sampler slides its window over the last ones.",
+        f"{architecture(config)} trained by Solomon on {name}. Load it with "
+        f"`{config['architectures'][0]}.from_pretrained` (or `AutoModelForCausalLM`) and `AutoTokenizer`; "
+        "`generation_config.json` holds the run's sampling settings. It was trained on windows of "
+        f"{source.model.config.block_size} positions, prompt included: Solomon's own sampler slides its window over "
+        "the last ones.",
         "",
         "## Provenance",
         "",

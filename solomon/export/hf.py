@@ -127,11 +127,12 @@ def generation_config(source: ExportSource) -> dict:
 
 def rendered(source: ExportSource) -> dict[str, bytes]:
     """Every file of the export but the weights, by name."""
+    fields = config(source)
     text = {
-        "config.json": canonical_json(config(source)),
+        "config.json": canonical_json(fields),
         "tokenizer_config.json": canonical_json(tokenizer_config(source)),
         "generation_config.json": canonical_json(generation_config(source)),
-        "README.md": card.render(source),
+        "README.md": card.render(source, fields),
     }
     return {TOKENIZER_FILE: source.files[records.TOKENIZER].read_bytes()} | {
         name: content.encode("utf-8") for name, content in text.items()
