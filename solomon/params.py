@@ -493,7 +493,25 @@ def read_yaml(path: Path) -> Any:
     return parse_yaml(path.read_text(encoding="utf-8"))
 
 
-def load_params(path: str | Path = PARAMS_FILE) -> Params:
+def with_before_values(raw: dict) -> dict:
+    """A run's recorded params (its hyperparameters.yaml) with each key it predates, of those whose default has moved
+    since (``before``), set to what the code did then: the record is read as the run ran."""
+    filled = {section: dict(values) if isinstance(values, dict) else values for section, values in raw.items()}
+    for key, value in before_values().items():
+        *sections, name = key.split(".")
+        node = filled
+        for section in sections:
+            if not isinstance(node.get(section), dict):
+                break
+            node[section] = node = dict(node[section])
+        else:
+            node.setdefault(name, value)
+    return filled
+
+
+def load_params(path: str | Path = PARAMS_FILE, recorded: bool = False) -> Params:
+    """params.yaml at ``path``; ``recorded``: a run's record of them (hyperparameters.yaml), whose missing keys mean
+    what the code did when it ran (``with_before_values``), not today's defaults."""
     path = Path(path)
     try:
         raw = read_yaml(path)
@@ -504,7 +522,7 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     if not isinstance(raw, dict):
         raise SolomonError(f"{path} must be a mapping of sections (corpus, tokenizer, model, ...)")
     try:
-        return Params.model_validate(raw)
+        return Params.model_validate(with_before_values(raw) if recorded else raw)
     except ValidationError as exc:
         extra = f" and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
         raise SolomonError(f"bad {path}: {describe_error(exc)}{extra}") from None

@@ -152,7 +152,7 @@ def replay_mode(run_dir: Path) -> None:
     """Enter the run's mode (``solomon.portable``) before anything computes: a portable run's replay runs pinned,
     which may replace this process. ``replay`` verifies the run; this reads only its ``train.portable``."""
     try:
-        portable = load_params(run_dir / RunFiles.HYPERPARAMETERS).train.portable
+        portable = load_params(run_dir / RunFiles.HYPERPARAMETERS, recorded=True).train.portable
     except (SolomonError, OSError):
         return  # ``replay`` refuses such a run with its reason
     enter_mode(portable)
@@ -179,7 +179,7 @@ def replay(
         )
     index = records.read_json(index_path)
     anchors = {entry["step"]: entry for entry in index["anchors"]}
-    params = load_params(files[RunFiles.HYPERPARAMETERS])
+    params = load_params(files[RunFiles.HYPERPARAMETERS], recorded=True)
     cfg = params.train
     if cfg.nproc > 1:
         raise SolomonError(

@@ -65,3 +65,30 @@ def test_cli_rejects_bad_flags_with_one_line(tmp_path: Path) -> None:
     done = subprocess.run([*LAB, "bench", "--steps", "0"], capture_output=True, text=True, env=lab_env())
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == "python -m lab bench: error: argument --steps: 0 is not at least 1"
+
+
+def test_a_runs_record_reads_a_key_it_predates_as_what_the_code_did_then(tmp_path: Path) -> None:
+    """A key whose default has moved since it was added (declared with ``before``) is missing from the records of
+    runs made before it: replay reads such a record as the run ran, params.yaml as today's default."""
+    from solomon.params import Params, before_values
+
+    moved = before_values()
+    assert moved["lr.schedule"] == "noam" and moved["lr.cooldown"] == 0.0
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for key in moved:
+        section, *inner = key.split(".")
+        node = params[section]
+        for name in inner[:-1]:
+            node = node[name]
+        del node[inner[-1]]
+    path = tmp_path / "hyperparameters.yaml"
+    path.write_text(yaml.safe_dump(params))
+    recorded, today = load_params(path, recorded=True), load_params(path)
+    assert (recorded.lr.schedule, recorded.lr.cooldown) == ("noam", 0.0)
+    assert today.lr == Params().lr  # params.yaml without them: today's defaults
+    for key, value in moved.items():
+        section, *inner = key.split(".")
+        node = getattr(recorded, section)
+        for name in inner:
+            node = getattr(node, name)
+        assert node == value, key
