@@ -136,26 +136,28 @@ class TokenizerParams(_Section):
     )
 
 
-# What a null model.position / model.activation means in each family (the model's config holds the value it was
-# built with).
-FAMILY_DEFAULTS = {"gpt2": {"position": "learned", "activation": "gelu"},
-                   "llama": {"position": "rotary", "activation": "swiglu"}}  # fmt: skip
+# What a null model.position / model.qk_norm / model.activation means in each family (the model's config holds the
+# value it was built with).
+FAMILY_DEFAULTS = {"gpt2": {"position": "learned", "qk_norm": False, "activation": "gelu"},
+                   "llama": {"position": "rotary", "qk_norm": True, "activation": "swiglu"}}  # fmt: skip
 
 
 def with_family_defaults(model: dict) -> dict:
-    """A model section (as params.yaml holds it) with a null position or activation replaced by its family's."""
+    """A model section (as params.yaml holds it) with a null option replaced by its family's value."""
     defaults = FAMILY_DEFAULTS.get(model.get("family", "gpt2"), {})
     return model | {name: value for name, value in defaults.items() if model.get(name) is None}
 
 
 class ModelParams(_Section):
-    """The decoder (solomon/model/gpt.py): pre-norm blocks, tied embeddings; GPT-2's family by default."""
+    """The decoder (solomon/model/gpt.py): pre-norm blocks, tied embeddings; the llama family by default."""
 
     # The block family (docs/architecture.md). gpt2: LayerNorm, learned positions, an exact-GELU MLP — GPT-2's
     # layout, exported as GPT2LMHeadModel and GGUF gpt2. llama: RMSNorm with a gain, rotary positions, a SwiGLU MLP,
     # no biases — Llama's layout (Qwen3's with qk_norm), exported as LlamaForCausalLM / Qwen3ForCausalLM and GGUF
     # llama / qwen3.
-    family: Literal["gpt2", "llama"] = Param("gpt2", "the block family: gpt2 or llama (docs/architecture.md)")
+    family: Literal["gpt2", "llama"] = Param(
+        "llama", "the block family: gpt2 or llama (docs/architecture.md, docs/families-full.md)", before="gpt2"
+    )
     n_layer: PositiveInt = Param(6, "Transformer blocks")
     n_head: PositiveInt = Param(6, "attention heads; must divide model.n_embd")
     n_embd: PositiveInt = Param(384, "width of the residual stream")
@@ -174,8 +176,11 @@ class ModelParams(_Section):
         "how positions enter: learned embeddings added to the input, or rotary on queries and keys (null: the "
         "family's, learned for gpt2, rotary for llama)",
     )
-    qk_norm: bool = Param(
-        False, "RMS-normalise each head's queries and keys before attention (llama: with a gain, as Qwen3)"
+    qk_norm: bool | None = Param(
+        None,
+        "RMS-normalise each head's queries and keys before attention, with a gain in the llama family (Qwen3's "
+        "layout) (null: the family's, off for gpt2, on for llama)",
+        before=False,
     )
     activation: Literal["gelu", "relu2", "swiglu"] | None = Param(
         None, "the MLP: exact GELU, ReLU squared, or SwiGLU (null: the family's, gelu for gpt2, swiglu for llama)"

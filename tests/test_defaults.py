@@ -55,9 +55,13 @@ def test_gpt_config_comes_from_the_model_params() -> None:
     assert [field.name for field in dataclasses.fields(GPTConfig)] == [*CONFIG_KEYS, *options, "family"]
     sizes = ["n_layer", "n_head", "n_embd", "block_size", "dropout", "bias"]
     assert list(ModelParams.model_fields) == ["family", *sizes, *options]
-    model = load_params(ROOT / "params.yaml").model
+    default = load_params(ROOT / "params.yaml").model
+    resolved = GPTConfig.from_params(default, vocab_size=8192)
+    assert GPTConfig(**resolved.to_dict()) == resolved  # config.json gives back the default's model
+    # config.json is hashed in the manifest: a GPT-2 model's has the same keys, order and values as before
+    # from_params existed
+    model = default.model_copy(update={"family": "gpt2", "qk_norm": False, "position": None, "activation": None})
     config = GPTConfig.from_params(model, vocab_size=8192).to_dict()
-    # config.json is hashed in the manifest: the same keys, order and values as before from_params existed
     assert list(config) == CONFIG_KEYS
     assert config == {"vocab_size": 8192, **model.model_dump(exclude={*options, "family"})}
     rotary = GPTConfig.from_params(model.model_copy(update={"position": "rotary"}), vocab_size=8192).to_dict()

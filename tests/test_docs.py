@@ -34,7 +34,7 @@ def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:
         assert (docs / f"{page}.md").read_bytes() == (ROOT / "docs" / f"{page}.md").read_bytes(), page
         for chart in entry["charts"]:
             assert (docs / page / f"{chart}.png").read_bytes() == (ROOT / "docs" / page / f"{chart}.png").read_bytes()
-        for run, lines in commands(spec, page, defaults).items():
+        for run, lines in commands(spec, page, defaults, as_made=True).items():
             measured = json.loads((data_dir(docs, page) / run / MEASURED).read_text())
             ran = [line["command"] for line in measured.get("before", [])] + [measured["command"]]
             assert ran == lines, f"{page}/{run} was run with other commands"
@@ -181,11 +181,19 @@ def test_a_param_added_since_a_run_is_no_difference_at_what_the_code_did_before_
     (tmp_path / "p/data/a").mkdir(parents=True)
     (tmp_path / "p/data/a/params.yaml").write_text(yaml.safe_dump(recorded))
     assert params["lr"]["cooldown"] == 0.2
-    assert stale_runs(spec, "p", tmp_path, params) == ["p/a: lr.cooldown ran '(unset)', now 0.2"]
+    assert stale_runs(spec, "p", tmp_path, params) == ["p/a: lr.cooldown ran 0.0, now 0.2"]  # its before value
     params["lr"]["cooldown"] = 0.0  # what the code did before lr.cooldown existed
     assert stale_runs(spec, "p", tmp_path, params) == []  # train.seed: at its default, which never moved
     params["train"]["seed"] = 7
     assert stale_runs(spec, "p", tmp_path, params) == ["p/a: train.seed ran '(unset)', now 7"]
+
+
+def test_a_page_made_under_an_old_default_prints_it_and_keeps_its_commands_as_made() -> None:
+    spec = {"base": {}, "pages": {"p": {"runs": {"a": {"lr.peak": 0.5}}, "charts": [], "columns": {},
+                                        "made_under": {"model.family": "gpt2"}}}}  # fmt: skip
+    today = commands(spec, "p", {"params.lr.peak": 0.001})
+    assert today == {"a": ["dvc exp run -n p-a -S model.family=gpt2 -S lr.peak=0.5"]}
+    assert commands(spec, "p", {"params.lr.peak": 0.001}, as_made=True) == {"a": ["dvc exp run -n p-a -S lr.peak=0.5"]}
 
 
 def test_a_renamed_page_names_its_experiments_as_they_were_made() -> None:

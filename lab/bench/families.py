@@ -1,5 +1,5 @@
-"""The block families' step: the default model's optimiser step as gpt2 (the default), llama and llama with QK-norm
-(Qwen3's layout), everything else params.yaml's, timed in turn in one process — A B C, one step each, for
+"""The block families' step: the default model's optimiser step as gpt2, llama and llama with QK-norm (Qwen3's
+layout, the default), everything else params.yaml's, timed in turn in one process — A B C, one step each, for
 ``rounds`` rounds, the first two dropped — so that the host's speed drifting falls on all of them. Wall seconds
 per step (median) and the ratio to gpt2's. A benchmark, not a test: nothing here asserts a time."""
 
@@ -17,7 +17,11 @@ from solomon.train.data_order import DataOrder
 from solomon.train.optimizer import build_optimizer
 from solomon.train.step import autocast_for, train_step
 
-FAMILIES = {"gpt2": {"family": "gpt2"}, "llama": {"family": "llama"}, "qwen3": {"family": "llama", "qk_norm": True}}
+FAMILIES = {
+    "gpt2": {"family": "gpt2", "qk_norm": False},
+    "llama": {"family": "llama", "qk_norm": False},
+    "qwen3": {"family": "llama", "qk_norm": True},
+}
 DROPPED = 2  # first rounds: allocation and caches warming
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from lab.experiments.spec import nest, run_settings
 from lab.scratch import merge
 from solomon.errors import SolomonError
-from solomon.params import Params, before_values, flatten, read_yaml, with_family_defaults
+from solomon.params import Params, before_values, flatten, read_yaml, with_before_values, with_family_defaults
 from solomon.records import PARAMS_FILE, RECORD_FILES, RunFiles, read_evals, read_json, read_reliability, read_steps
 
 THEN_LOG = "then.log"
@@ -72,7 +72,7 @@ def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]
         if not recorded_path.is_file():
             stale.append(f"{page}/{run}: no record of the params it ran with (made before the runner kept them)")
             continue
-        recorded = flatten(_resolved(read_yaml(recorded_path)), "")
+        recorded = flatten(_resolved(with_before_values(read_yaml(recorded_path))), "")
         expected = flatten(_resolved(merge(params, nest(settings))), "")
         differing = [
             f"{key} ran {recorded.get(key, '(unset)')!r}, now {expected.get(key, '(unset)')!r}"

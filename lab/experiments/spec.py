@@ -3,8 +3,10 @@
 It holds ``base`` (params every run sets: small enough for 2 cores) and ``pages``: per page its ``runs`` (name →
 params), ``charts`` and ``columns`` (metrics for the results table), and optionally ``params`` that all of the
 page's runs hold (the recipe a page studies, where it is not the default's), ``queue`` (queue its runs), ``prefix``
-(its experiments' names start with it; the page's name by default) and ``scale`` (``docs``, the default: the base
-applies; ``full``: it does not, so the runs train at params.yaml's own scale, an hour each). Every command of a page
+(its experiments' names start with it; the page's name by default), ``scale`` (``docs``, the default: the base
+applies; ``full``: it does not, so the runs train at params.yaml's own scale, an hour each) and ``made_under``
+(defaults that have moved since the runs were made: today's commands set them to reproduce the runs, the commands
+the runs were made with did not need them). Every command of a page
 sets every key that any of its runs changes, so the commands do not depend on the order they run in, nor on what the
 workspace held before.
 """
@@ -44,8 +46,9 @@ def load_spec(path: Path = SPEC) -> dict:
         missing = [key for key in ("runs", "charts", "columns") if not isinstance(entry, dict) or key not in entry]
         if missing:
             raise SolomonError(f"{path}: page {page} has no `{missing[0]}`: give runs, charts and columns")
-        if not isinstance(entry.get("params", {}), dict):
-            raise SolomonError(f"{path}: page {page}: `params` must map params to the values all its runs hold")
+        for key in ("params", "made_under"):
+            if not isinstance(entry.get(key, {}), dict):
+                raise SolomonError(f"{path}: page {page}: `{key}` must map params to the values all its runs hold")
         prefix = entry.get("prefix", page)
         if not isinstance(prefix, str) or not prefix:
             raise SolomonError(f"{path}: page {page}: `prefix` must be a non-empty name for its experiments")
@@ -98,16 +101,17 @@ def run_entry(value: dict) -> tuple[dict, dict]:
     return value, {}
 
 
-def commands(spec: dict, page: str, defaults: dict) -> dict[str, list[str]]:
+def commands(spec: dict, page: str, defaults: dict, as_made: bool = False) -> dict[str, list[str]]:
     """{run: its exact shell command lines, the last one making its results; any before it kill their training}.
     ``defaults`` are the flattened params.yaml values: a key another run of the page changes is set to its default
     explicitly.
 
     Options: ``fresh`` removes the resumable training state first (`checkpoints/`), so the run starts at step 1;
     ``kill_after_step: N`` first runs the same experiment with the training process SIGKILLing itself after step
-    N (the train stage's crash hook, ``solomon.train.hooks``), then runs it again, which resumes."""
+    N (the train stage's crash hook, ``solomon.train.hooks``), then runs it again, which resumes. ``as_made``: the
+    lines as the runs were made, without the page's ``made_under``."""
     result = {}
-    for run, settings in run_settings(spec, page, defaults).items():
+    for run, settings in run_settings(spec, page, defaults, as_made).items():
         options = run_entry(spec["pages"][page]["runs"][run])[1]
         flags = " ".join(f"-S {shlex.quote(f'{key}={_setting(value)}')}" for key, value in settings.items())
         fresh = "rm -rf checkpoints && " if options.get("fresh") else ""
@@ -128,19 +132,20 @@ def experiment_name(spec: dict, page: str, run: str) -> str:
     return f"{spec['pages'][page].get('prefix', page)}-{run}"
 
 
-def fixed_settings(spec: dict, page: str) -> dict:
-    """The flat params every run of a page sets whatever it varies: the base (unless the page is at full scale), then
-    the page's own ``params``."""
-    base = spec["base"] if spec["pages"][page].get("scale", "docs") == "docs" else {}
-    return base | spec["pages"][page].get("params", {})
+def fixed_settings(spec: dict, page: str, as_made: bool = False) -> dict:
+    """The flat params every run of a page sets whatever it varies: the base (unless the page is at full scale), the
+    page's own ``params``, then (unless ``as_made``) the defaults it was ``made_under``."""
+    entry = spec["pages"][page]
+    base = spec["base"] if entry.get("scale", "docs") == "docs" else {}
+    return base | entry.get("params", {}) | ({} if as_made else entry.get("made_under", {}))
 
 
-def run_settings(spec: dict, page: str, defaults: dict) -> dict[str, dict]:
+def run_settings(spec: dict, page: str, defaults: dict, as_made: bool = False) -> dict[str, dict]:
     """{run: the flat params its command sets}: the fixed ones, and every key any run of the page changes — in a
     run that does not change it, at the page's fixed value if it has one, else at today's default."""
     runs = {run: run_entry(value)[0] for run, value in spec["pages"][page]["runs"].items()}
     varied = sorted({key for overrides in runs.values() for key in overrides})
-    fixed = fixed_settings(spec, page)
+    fixed = fixed_settings(spec, page, as_made)
     return {
         run: fixed | {key: overrides.get(key, fixed.get(key, defaults[f"params.{key}"])) for key in varied}
         for run, overrides in runs.items()
