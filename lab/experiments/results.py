@@ -14,7 +14,7 @@ from pathlib import Path
 from lab.experiments.spec import nest, run_settings
 from lab.scratch import merge
 from solomon.errors import SolomonError
-from solomon.params import Params, before_values, flatten, read_yaml, with_before_values, with_family_defaults
+from solomon.params import Params, flatten, read_yaml, with_before_values, with_family_defaults
 from solomon.records import PARAMS_FILE, RECORD_FILES, RunFiles, read_evals, read_json, read_reliability, read_steps
 
 THEN_LOG = "then.log"
@@ -66,7 +66,7 @@ def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]
     the record lacks is a param added since; at what the code did before it existed it is no difference: its
     declared default, or its ``before`` value where the default has moved since (solomon/params.py)."""
     stale = []
-    declared = flatten(Params().model_dump(mode="json"), "") | before_values()
+    declared = flatten(Params().model_dump(mode="json"), "")  # a moved default's key is read at its before value
     for run, settings in run_settings(spec, page, flatten(params, "params")).items():
         recorded_path = data_dir(docs_dir, page) / run / RunFiles.PARAMS
         if not recorded_path.is_file():
