@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab.families import FAMILIES
 from lab.scratch import make_scratch_repo, merge, write_params
 from solomon.params import read_yaml
 from solomon.pipeline import dvc_executable, pipeline_env, run, stage_command
@@ -184,12 +185,7 @@ def built_repo(tmp_path_factory) -> Path:
     return repo
 
 
-# The block families the exports and the engine are tested on, as model.* params (the rest: the family's own).
-FAMILIES = {
-    "gpt2": {"family": "gpt2", "qk_norm": False},
-    "llama": {"family": "llama", "qk_norm": False},
-    "qwen3": {"family": "llama", "qk_norm": True},  # Qwen3's layout: the llama family with QK-norm
-}
+# The layouts of the llama family (lab.families): the Llama and Qwen3 exports are tested on each.
 LLAMA_FAMILIES = {name: model for name, model in FAMILIES.items() if model["family"] == "llama"}
 
 

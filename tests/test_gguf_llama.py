@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FAMILIES, latest_run_dir
+from conftest import latest_run_dir
 
+from lab.families import FAMILIES
 from solomon.data.tokens import load_tokenizer
 from solomon.export.gguf_file import export_gguf
 from solomon.model import weights

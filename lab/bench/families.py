@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from lab.families import FAMILIES
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import Params
 from solomon.runtime import configure_torch
@@ -17,11 +18,6 @@ from solomon.train.data_order import DataOrder
 from solomon.train.optimizer import build_optimizer
 from solomon.train.step import autocast_for, train_step
 
-FAMILIES = {
-    "gpt2": {"family": "gpt2", "qk_norm": False},
-    "llama": {"family": "llama", "qk_norm": False},
-    "qwen3": {"family": "llama", "qk_norm": True},
-}
 DROPPED = 2  # first rounds: allocation and caches warming
 
 

@@ -46,9 +46,9 @@ def load_spec(path: Path = SPEC) -> dict:
         missing = [key for key in ("runs", "charts", "columns") if not isinstance(entry, dict) or key not in entry]
         if missing:
             raise SolomonError(f"{path}: page {page} has no `{missing[0]}`: give runs, charts and columns")
-        for key in ("params", "made_under"):
+        for key, meaning in (("params", "the values all its runs hold"), ("made_under", "the defaults they ran at")):
             if not isinstance(entry.get(key, {}), dict):
-                raise SolomonError(f"{path}: page {page}: `{key}` must map params to the values all its runs hold")
+                raise SolomonError(f"{path}: page {page}: `{key}` must map params to {meaning}")
         prefix = entry.get("prefix", page)
         if not isinstance(prefix, str) or not prefix:
             raise SolomonError(f"{path}: page {page}: `prefix` must be a non-empty name for its experiments")
