@@ -100,13 +100,16 @@ class CorpusParams(_Section):
     """What the prepare stage reads: a source, normalised, deduplicated and split by content hash."""
 
     source: str = Param(
-        "kjv", "kjv, or a directory or glob of .txt files, or a .jsonl file, under corpus/ (docs/corpus.md)"
+        "kjv",
+        "kjv, or under corpus/: a directory or glob of .txt files, a .jsonl(.gz/.zst) file or Parquet (docs/corpus.md)",
     )
     kjv_sha256: str = Param(
         KJV_SHA256, "the SHA256 the default corpus file must have; another file is refused", pattern=r"^[0-9a-f]{64}$"
     )
-    text_field: str = Param("text", ".jsonl only: the field holding a document's text")
-    id_field: str | None = Param(None, ".jsonl only: the field holding a document id (null: file and line)")
+    text_field: str = Param("text", ".jsonl and Parquet: the field (column) holding a document's text")
+    id_field: str | None = Param(
+        None, ".jsonl and Parquet: the field (column) holding a document id (null: file and line or row)"
+    )
     min_chars: int = Param(1, "documents shorter than this after normalisation are dropped", ge=1)
     split: SplitParams = SplitParams()
     card: CardParams = CardParams()
@@ -122,18 +125,38 @@ class CorpusParams(_Section):
             )
         return source
 
+    @model_validator(mode="after")
+    def _id_is_not_the_text(self) -> CorpusParams:
+        if self.id_field is not None and self.id_field == self.text_field:
+            raise ParamError(
+                "id_field", f"'{self.id_field}' is the text field itself: name an id field, or null for file and line"
+            )
+        return self
+
 
 class TokenizerParams(_Section):
     """A byte-level BPE tokenizer (Hugging Face tokenizers) trained on the train split."""
 
     vocab_size: int = Param(8192, "byte-level BPE vocabulary size", ge=300, le=65536)
     min_frequency: PositiveInt = Param(2, "a pair merges only when seen at least this often")
-    eod_token: str = Param("<|endoftext|>", "the special token that ends every document")
+    eod_token: str = Param(
+        "<|endoftext|>", "the special token that ends every document: a bracketed marker, never ordinary text"
+    )
     sample_bytes: PositiveInt = Param(
         32_000_000,
         "text the BPE is trained on: the train documents of smallest SHA256 that fit in this many UTF-8 bytes, "
         "the same whatever the corpus's order or the machine (the KJV's 3.8 MB train split fits whole)",
     )
+
+    @field_validator("eod_token")
+    @classmethod
+    def _a_marker(cls, token: str) -> str:
+        if not re.fullmatch(r"<[^\s<>]+>|\[[^\s\[\]]+\]", token):
+            raise ValueError(
+                "must be a bracketed marker without spaces, such as <|endoftext|>, </s> or [EOS]: it becomes one "
+                "special token, and a served prompt that spells it is read as a document's end"
+            )
+        return token
 
 
 # What a null model.position / model.qk_norm / model.activation means in each family (the model's config holds the

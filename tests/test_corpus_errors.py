@@ -52,6 +52,16 @@ CASES = {
     "kjv sha256 differs": ({"kjv_sha256": "0" * 64}, None, "not the pinned corpus.kjv_sha256"),
     "no txt files": ({"source": "corpus/other"}, "other", "holds no .txt, .jsonl or .parquet files"),
     "glob matches nothing": ({"source": "corpus/*.md"}, None, "matches no files"),
+    "min_chars drops everything": (
+        {"source": "corpus/books", "min_chars": 10_000},
+        "books",
+        "all 120 documents are shorter than corpus.min_chars 10000 characters after normalisation: lower",
+    ),
+    "val fraction under one document": (
+        {"source": "corpus/books", "split": {"val": 1e-6}},
+        "books",
+        "corpus.split.val 1e-06 of 120 unique documents is under one document: raise corpus.split.val to at least",
+    ),
 }
 
 
@@ -69,6 +79,8 @@ def _make(kind: str | None, corpus: Path) -> None:
         (corpus / "tiny").mkdir()
         for i in range(3):
             (corpus / f"tiny/{i}.txt").write_text(f"only {i}", encoding="utf-8")
+    elif kind == "books":
+        _many_docs(corpus / "books", 120)
     elif kind == "other":
         (corpus / "other").mkdir()
         (corpus / "other/notes.md").write_text("not a .txt", encoding="utf-8")

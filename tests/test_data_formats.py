@@ -497,6 +497,22 @@ def parquet_null_in_row_5(corpus: Path) -> str:
     return "corpus/docs.parquet row 5: 'text' is null"
 
 
+def unpaired_surrogate_line_9(corpus: Path) -> str:
+    lines = jsonl_bytes(many_records()).split(b"\n")
+    lines[8] = b'{"text": "half an emoji \\ud83d here"}'  # valid JSON whose string UTF-8 cannot hold
+    (corpus / "docs.jsonl").write_bytes(b"\n".join(lines))
+    return "corpus/docs.jsonl line 9: 'text' holds an unpaired surrogate (\\ud83d at character 14)"
+
+
+def parquet_latin1_row_7(corpus: Path) -> str:
+    raw = [r["text"].encode("utf-8") for r in many_records()]
+    raw[7] = "caf\u00e9".encode("latin-1")
+    # a string column whose bytes are not UTF-8, as a careless writer can leave one: pyarrow's view does not check
+    column = pa.array(raw, pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": column}), corpus / "docs.parquet", row_group_size=50)
+    return "corpus/docs.parquet row 7: 'text' is not UTF-8"
+
+
 def mixed_directory(corpus: Path) -> str:
     (corpus / "mixed").mkdir()
     for i, r in enumerate(many_records(40)):
@@ -514,6 +530,8 @@ BROKEN = {
     "parquet without text column": ("corpus/docs.parquet", parquet_without_text),
     "parquet null text": ("corpus/docs.parquet", parquet_null_in_row_5),
     "directory mixing formats": ("corpus/mixed", mixed_directory),
+    "jsonl unpaired surrogate": ("corpus/docs.jsonl", unpaired_surrogate_line_9),
+    "parquet text not UTF-8": ("corpus/docs.parquet", parquet_latin1_row_7),
 }
 
 

@@ -37,6 +37,10 @@ def test_repository_params_are_valid() -> None:
         ({"train": {"batch_size": 16, "accum_steps": 3}}, "accum_steps × nproc (3 × 1) must divide batch_size (16)"),
         ({"train": {"precision": "fp16"}}, "'train.precision'"),
         ({"train": {"early_stopping": {"patience": 0}}}, "'train.early_stopping.patience'"),
+        ({"tokenizer": {"eod_token": " "}}, "'tokenizer.eod_token': must be a bracketed marker"),
+        ({"tokenizer": {"eod_token": "the"}}, "'tokenizer.eod_token': must be a bracketed marker"),
+        ({"tokenizer": {"eod_token": "<end of doc>"}}, "'tokenizer.eod_token': must be a bracketed marker"),
+        ({"corpus": {"text_field": "body", "id_field": "body"}}, "'corpus.id_field': 'body' is the text field"),
     ],
 )
 def test_bad_params_are_one_line_errors(tmp_path: Path, overrides: dict, message: str) -> None:
@@ -44,6 +48,11 @@ def test_bad_params_are_one_line_errors(tmp_path: Path, overrides: dict, message
         load_params(write(tmp_path, overrides))
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("marker", ["<|endoftext|>", "</s>", "<eos>", "[EOS]"])
+def test_usual_end_of_document_markers_are_accepted(tmp_path: Path, marker: str) -> None:
+    assert load_params(write(tmp_path, {"tokenizer": {"eod_token": marker}})).tokenizer.eod_token == marker
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:

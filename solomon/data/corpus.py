@@ -45,6 +45,7 @@ ROW_GROUP_BYTES = 2 << 20  # text per row group: each later stage's unit of work
 # source (as stored) per worker below which a worker's start costs more than the work it takes over: reading,
 # normalising and hashing are fast beside starting an interpreter (docs/performance.md, the data stages)
 BYTES_PER_WORKER = 32 << 20
+ENOUGH_TO_SPLIT = 100  # unique documents from which an empty val or test split is its fraction's fault
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": ["id"], "write_statistics": False}
 
 
@@ -172,7 +173,7 @@ def prepare(
         for writer in writers.values():
             writer.close()
         counts = {name: writers[name].documents for name in SPLITS}
-        _require_splits(params, counts)
+        _require_splits(params, counts, too_short)
         summary = {
             "source": {
                 "kind": spec.kind,
@@ -192,11 +193,25 @@ def prepare(
     return summary
 
 
-def _require_splits(params: CorpusParams, counts: dict[str, int]) -> None:
+def _require_splits(params: CorpusParams, counts: dict[str, int], too_short: int) -> None:
+    """Stop on a split left empty, naming the cause: no text, corpus.min_chars, a fraction too small for the
+    corpus, or too few documents."""
     kept = sum(counts.values())
+    if kept == 0 and too_short and params.min_chars > 1:
+        raise SolomonError(
+            f"corpus '{params.source}': all {too_short} documents are shorter than corpus.min_chars "
+            f"{params.min_chars} characters after normalisation: lower corpus.min_chars"
+        )
     if kept == 0:
         raise SolomonError(f"corpus '{params.source}' is empty: no document has text after normalisation")
     empty = [name for name in SPLITS if not counts[name]]
+    # with enough documents an empty split is the fraction's doing, not the corpus's size
+    tiny = [name for name in empty if kept >= ENOUGH_TO_SPLIT and getattr(params.split, name) * kept < 1]
+    if tiny:
+        raise SolomonError(
+            f"corpus.split.{tiny[0]} {getattr(params.split, tiny[0])} of {kept} unique documents is under one "
+            f"document: raise corpus.split.{tiny[0]} to at least {1 / kept:.2g}"
+        )
     if empty:
         raise SolomonError(
             f"corpus '{params.source}' is too small to split: {kept} unique documents leave "

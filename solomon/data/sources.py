@@ -20,6 +20,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -121,6 +122,28 @@ def _one_kind(files: list[Path], spec: str, default: str | None) -> str:
     return kinds.pop()
 
 
+def _walk_files(directory: Path, spec: str) -> list[Path]:
+    """The files under ``directory``, sorted, hidden ones (a name starting with '.', as glob skips them: editor
+    and notebook copies) left out; a subdirectory that cannot be read stops here rather than being skipped."""
+
+    def stop(error: OSError) -> None:
+        raise SolomonError(
+            f"corpus.source '{spec}': {error.filename} cannot be read ({error.strerror}): make it readable"
+        )
+
+    found = []
+    for top, dirs, files in os.walk(directory, onerror=stop):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [Path(top) / f for f in files if not f.startswith(".") and (Path(top) / f).is_file()]
+    return sorted(found)
+
+
+def _static_prefix(spec: str) -> str:
+    """The directories of a glob pattern before its first wildcard."""
+    parts = Path(spec).parts
+    return str(Path(*parts[: next(i for i, part in enumerate(parts) if glob.has_magic(part))]) or ".")
+
+
 def locate(params: CorpusParams, root: Path = Path(".")) -> SourceSpec:
     """The source's files, checked to exist and to be of one format; no document is read."""
     spec = params.source
@@ -130,6 +153,8 @@ def locate(params: CorpusParams, root: Path = Path(".")) -> SourceSpec:
         )
     path = root / spec
     if glob.has_magic(spec):
+        if "**" in spec:  # glob skips a directory it cannot read without a word: look for one first
+            _walk_files(root / _static_prefix(spec), spec)
         files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
         if not files:
             raise SolomonError(f"corpus.source '{spec}' matches no files: {_HINT}")
@@ -138,7 +163,7 @@ def locate(params: CorpusParams, root: Path = Path(".")) -> SourceSpec:
     if not path.exists():
         raise SolomonError(f"corpus.source '{spec}' does not exist: {_HINT}")
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and file_format(p))
+        files = [p for p in _walk_files(path, spec) if file_format(p)]
         if not files:
             raise SolomonError(f"corpus.source '{spec}' holds no .txt, .jsonl or .parquet files: {_HINT}")
         kind = _one_kind(files, spec, default=None)
@@ -160,42 +185,46 @@ class TextChunk:
 
     def documents(self) -> Iterator[tuple[str, str]]:
         for doc_id, name, data in self.files:
-            yield doc_id, decode_utf8(data, name)
+            yield doc_id, decode_utf8(data.removeprefix(UTF8_BOM), name)
 
 
 @dataclass(frozen=True)
 class JsonLinesChunk:
-    """Consecutive lines of one JSON Lines file, the first numbered ``first_line`` (1-based)."""
+    """Consecutive lines of one JSON Lines file, the first numbered ``first_line`` (1-based). A document's id is
+    its ``id_field``, or ``<id_prefix>:<line>`` (the file's path under the source's directory)."""
 
     name: str
+    id_prefix: str
     first_line: int
     lines: list[bytes]
     text_field: str
     id_field: str | None
 
     def documents(self) -> Iterator[tuple[str, str]]:
-        base = Path(self.name).name
         for number, raw in enumerate(self.lines, start=self.first_line):
+            if number == 1:
+                raw = raw.removeprefix(UTF8_BOM)
             record = parse_json_line(raw, self.name, number)
             if record is None:
                 continue
-            text = text_value(record, self.text_field, f"{self.name} line {number}")
-            doc_id = record.get(self.id_field) if self.id_field else None
-            yield (str(doc_id) if doc_id is not None else f"{base}:{number}"), text
+            where = f"{self.name} line {number}"
+            text = text_value(record, self.text_field, where)
+            doc_id = id_value(record, self.id_field, where) if self.id_field else None
+            yield (doc_id if doc_id is not None else f"{self.id_prefix}:{number}"), text
 
 
 @dataclass(frozen=True)
 class ParquetChunk:
-    """A batch of one Parquet file's rows, the first numbered ``first_row`` (0-based)."""
+    """A batch of one Parquet file's rows, the first numbered ``first_row`` (0-based); ids as in JsonLinesChunk."""
 
     name: str
+    id_prefix: str
     first_row: int
     texts: list
     ids: list | None
     text_field: str
 
     def documents(self) -> Iterator[tuple[str, str]]:
-        base = Path(self.name).name
         for offset, text in enumerate(self.texts):
             row = self.first_row + offset
             if not isinstance(text, str):
@@ -205,7 +234,7 @@ class ParquetChunk:
                 )
             _not_too_long(len(text.encode("utf-8")), f"{self.name} row {row}")
             doc_id = self.ids[offset] if self.ids is not None else None
-            yield (str(doc_id) if doc_id is not None else f"{base}:{row}"), text
+            yield (str(doc_id) if doc_id is not None else f"{self.id_prefix}:{row}"), text
 
 
 @dataclass(frozen=True)
@@ -219,6 +248,9 @@ class ReadyChunk:
 
 
 Chunk = TextChunk | JsonLinesChunk | ParquetChunk | ReadyChunk
+
+
+UTF8_BOM = codecs.BOM_UTF8  # some editors start a file with it; it is not part of the text
 
 
 def decode_utf8(data: bytes, name: str) -> str:
@@ -251,6 +283,16 @@ def parse_json_line(raw: bytes, name: str, number: int) -> dict | None:
     return record
 
 
+_JSON_TYPES = {
+    type(None): "null",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    list: "an array",
+    dict: "an object",
+}
+
+
 def text_value(record: dict, field: str, where: str) -> str:
     if field not in record:
         raise SolomonError(
@@ -259,15 +301,50 @@ def text_value(record: dict, field: str, where: str) -> str:
         )
     text = record[field]
     if not isinstance(text, str):
-        raise SolomonError(f"{where}: '{field}' is {type(text).__name__}, not a string")
+        raise SolomonError(
+            f"{where}: '{field}' is {_JSON_TYPES.get(type(text), type(text).__name__)}, not a string: "
+            "fix or remove that line"
+        )
+    return _encodable(text, field, where)
+
+
+def id_value(record: dict, field: str, where: str) -> str | None:
+    """The record's id as text (None when it is null: the document then gets its file and line)."""
+    if field not in record:
+        raise SolomonError(
+            f"{where} has no '{field}' field: give every line one, or set corpus.id_field to null for file and line"
+        )
+    value = record[field]
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise SolomonError(
+            f"{where}: '{field}' is {_JSON_TYPES.get(type(value), type(value).__name__)}; an id is a string or an "
+            "integer: fix that line"
+        )
+    return _encodable(str(value), field, where)
+
+
+def _encodable(text: str, field: str, where: str) -> str:
+    """``text`` itself, if it is Unicode text: a JSON escape of half a surrogate pair decodes to a character
+    that UTF-8 cannot hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SolomonError(
+            f"{where}: '{field}' holds an unpaired surrogate (\\u{ord(text[exc.start]):04x} at character "
+            f"{exc.start}), not text: fix the escape or remove that line"
+        ) from None
     return text
 
 
-def _not_too_long(size: int, where: str) -> None:
+def _not_too_long(size: int, where: str, at_least: bool = False) -> None:
+    """Stop on a document over MAX_DOCUMENT_BYTES; ``at_least``: ``size`` is what was read of it, not all of it."""
     if size > MAX_DOCUMENT_BYTES:
+        amount = f"more than {MAX_DOCUMENT_BYTES >> 20} MiB" if at_least else f"{size / 2**20:.1f} MiB"
         raise SolomonError(
-            f"{where} is one document of {size / 2**20:.1f} MiB, over the {MAX_DOCUMENT_BYTES >> 20} MiB a document "
-            "may have: split it into smaller documents (files, or lines of a .jsonl file)"
+            f"{where} is one document of {amount}, over the {MAX_DOCUMENT_BYTES >> 20} MiB a document may have: "
+            "split it into smaller documents (files, or lines of a .jsonl file)"
         )
 
 
@@ -342,7 +419,8 @@ def chunks(spec: SourceSpec, params: CorpusParams, repo: Path = Path(".")) -> It
     read = _jsonl_chunks if spec.kind == "jsonl" else _parquet_chunks
     before = 0
     for path in spec.files:
-        for chunk, position in read(path, names[path], params):
+        id_prefix = path.relative_to(spec.root).as_posix()
+        for chunk, position in read(path, names[path], id_prefix, params):
             yield chunk, before + position
         before += path.stat().st_size
 
@@ -379,8 +457,11 @@ def _text_chunks(spec: SourceSpec) -> Iterator[tuple[Chunk, int]]:
     size = done = 0
     for path in spec.files:
         doc_id = path.relative_to(spec.root).as_posix()
-        _not_too_long(path.stat().st_size, str(path))
-        data = path.read_bytes()
+        try:
+            _not_too_long(path.stat().st_size, str(path))
+            data = path.read_bytes()
+        except OSError as exc:
+            raise SolomonError(f"{path} cannot be read ({exc.strerror or exc}): make it readable") from None
         batch.append((doc_id, str(path), data))
         size += len(data)
         done += len(data)
@@ -394,11 +475,11 @@ def _text_chunks(spec: SourceSpec) -> Iterator[tuple[Chunk, int]]:
 def _open_readable(path: Path, name: str) -> IO[bytes]:
     try:
         return open(path, "rb")
-    except PermissionError:
-        raise SolomonError(f"{name} cannot be read (permission denied): make it readable") from None
+    except OSError as exc:  # unreadable, or gone since the source was located
+        raise SolomonError(f"{name} cannot be read ({exc.strerror or exc}): make it readable") from None
 
 
-def _jsonl_chunks(path: Path, name: str, params: CorpusParams) -> Iterator[tuple[Chunk, int]]:
+def _jsonl_chunks(path: Path, name: str, id_prefix: str, params: CorpusParams) -> Iterator[tuple[Chunk, int]]:
     lines: list[bytes] = []
     first = number = 1
     size = 0
@@ -412,21 +493,21 @@ def _jsonl_chunks(path: Path, name: str, params: CorpusParams) -> Iterator[tuple
                 ) from None
             if not raw:
                 break
-            if len(raw) > MAX_DOCUMENT_BYTES:
-                _not_too_long(len(raw), f"{name} line {number}")
+            _not_too_long(len(raw), f"{name} line {number}", at_least=True)
             lines.append(raw)
             size += len(raw)
             number += 1
             if size >= CHUNK_BYTES:
-                yield JsonLinesChunk(name, first, lines, params.text_field, params.id_field), raw_file.tell()
+                yield JsonLinesChunk(name, id_prefix, first, lines, params.text_field, params.id_field), raw_file.tell()
                 lines, first, size = [], number, 0
         if lines:
-            yield JsonLinesChunk(name, first, lines, params.text_field, params.id_field), raw_file.tell()
+            yield JsonLinesChunk(name, id_prefix, first, lines, params.text_field, params.id_field), raw_file.tell()
 
 
 def _parquet_file(path: Path, name: str):
     import pyarrow.parquet as pq
 
+    _open_readable(path, name).close()  # an unreadable file is named as such, not as a broken one
     try:
         return pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError and others for a file that is not Parquet
@@ -448,22 +529,54 @@ def _parquet_columns(parquet, name: str, params: CorpusParams) -> list[str]:
             f"(its columns: {', '.join(schema.names) or 'none'})"
         )
     kind = fields[params.text_field].type
+    if pa.types.is_dictionary(kind):  # category-typed text: its values are what counts
+        kind = kind.value_type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
         raise SolomonError(f"{name}: column '{params.text_field}' holds {kind}, not strings: name a text column")
     if params.id_field and params.id_field not in fields:
         raise SolomonError(
             f"{name} has no column '{params.id_field}': set corpus.id_field to an id column, or null for file and row"
         )
-    return [params.text_field] + ([params.id_field] if params.id_field else [])
+    return list(dict.fromkeys([params.text_field] + ([params.id_field] if params.id_field else [])))
 
 
-def _parquet_chunks(path: Path, name: str, params: CorpusParams) -> Iterator[tuple[Chunk, int]]:
+def _rows_per_batch(parquet, column: str) -> int:
+    """Rows that hold about CHUNK_BYTES of ``column``, from the file's metadata: a chunk is bounded in bytes
+    whether the rows are tweets or books."""
+    meta = parquet.metadata
+    stored = sum(
+        group.column(j).total_uncompressed_size
+        for group in map(meta.row_group, range(meta.num_row_groups))
+        for j in range(group.num_columns)
+        if group.column(j).path_in_schema == column
+    )
+    per_row = max(1, stored // max(meta.num_rows, 1))
+    return max(1, min(PARQUET_BATCH_ROWS, CHUNK_BYTES // per_row))
+
+
+def _column_values(column, name: str, field: str, first_row: int) -> list:
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:  # a string column holding bytes that are not UTF-8
+        for offset in range(len(column)):
+            try:
+                column[offset].as_py()
+            except UnicodeDecodeError:
+                raise SolomonError(
+                    f"{name} row {first_row + offset}: '{field}' is not UTF-8: re-encode that row's text as UTF-8"
+                ) from None
+        raise
+
+
+def _parquet_chunks(path: Path, name: str, id_prefix: str, params: CorpusParams) -> Iterator[tuple[Chunk, int]]:
     parquet = _parquet_file(path, name)
     columns = _parquet_columns(parquet, name, params)
     row = 0
     size = path.stat().st_size
     total_rows = max(parquet.metadata.num_rows, 1)
-    batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns, use_threads=False)
+    batches = parquet.iter_batches(
+        batch_size=_rows_per_batch(parquet, params.text_field), columns=columns, use_threads=False
+    )
     while True:
         try:
             batch = next(batches, None)
@@ -473,10 +586,35 @@ def _parquet_chunks(path: Path, name: str, params: CorpusParams) -> Iterator[tup
             ) from None
         if batch is None:
             break
-        texts = batch.column(0).to_pylist()
-        ids = batch.column(1).to_pylist() if len(columns) > 1 else None
-        yield ParquetChunk(name, row, texts, ids, params.text_field), size * (row + batch.num_rows) // total_rows
-        row += batch.num_rows
+        # cut where the rows' text passes CHUNK_BYTES: the metadata's average does not bound an uneven batch
+        for start, stop in _byte_bounded(_text_lengths(batch.column(params.text_field))):
+            piece = batch.slice(start, stop - start)
+            texts = _column_values(piece.column(params.text_field), name, params.text_field, row)
+            ids = _column_values(piece.column(params.id_field), name, params.id_field, row) if params.id_field else None
+            chunk = ParquetChunk(name, id_prefix, row, texts, ids, params.text_field)
+            row += stop - start
+            yield chunk, size * row // total_rows
+
+
+def _text_lengths(column) -> list[int]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    return pc.fill_null(pc.binary_length(column), 0).to_pylist()
+
+
+def _byte_bounded(lengths: list[int]) -> Iterator[tuple[int, int]]:
+    """(start, stop) row ranges of about CHUNK_BYTES of text each (a longer row alone)."""
+    start = size = 0
+    for index, length in enumerate(lengths):
+        size += length
+        if size >= CHUNK_BYTES:
+            yield start, index + 1
+            start, size = index + 1, 0
+    if start < len(lengths):
+        yield start, len(lengths)
 
 
 # --- the check stage's look at the source: its form, without reading it all ----------------------------------------
@@ -513,11 +651,12 @@ def _first_record(path: Path, name: str, params: CorpusParams) -> None:
     try:
         with open(path, "rb") as raw, _decompressed(raw, path) as handle:
             for number, raw in enumerate(iter(lambda: handle.readline(MAX_DOCUMENT_BYTES + 1), b""), start=1):
-                record = parse_json_line(raw, name, number)
+                _not_too_long(len(raw), f"{name} line {number}", at_least=True)
+                record = parse_json_line(raw.removeprefix(UTF8_BOM) if number == 1 else raw, name, number)
                 if record is not None:
                     text_value(record, params.text_field, f"{name} line {number}")
                     return
     except _decompression_errors() as exc:
         if isinstance(exc, PermissionError):
             raise
-        raise SolomonError(f"{name} is damaged at its start ({exc}): recompress it or restore it") from None
+        raise SolomonError(f"{name} is damaged ({exc}): recompress it or restore it from its source") from None

@@ -2,12 +2,14 @@
 encoded to flat token files, a row group at a time on every core.
 
 The sample is the train documents in the order of their SHA256, up to the first that would pass
-``tokenizer.sample_bytes``: it depends on which documents there are, never on how they are stored or read. (The BPE
-trainer's result does not depend on the order it is fed: tests/test_tokenizer_sample.py.)
+``tokenizer.sample_bytes`` (a document larger than the whole budget is passed over): it depends on which
+documents there are, never on how they are stored or read. (The BPE trainer's result does not depend on the order
+it is fed: tests/test_tokenizer_sample.py.)
 
 Each split becomes ``<split>.bin``: the documents' token ids, each document followed by the end-of-document token,
 as a flat little-endian array (uint16 when the vocabulary fits) that ``numpy.memmap`` opens directly. It is
 appended to as row groups are encoded, in their order, so its bytes do not depend on the number of workers.
+A document's text is encoded as text: the end-of-document marker written inside it is not the marker.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ def train_tokenizer(texts, params: TokenizerParams) -> Tokenizer:
 
 
 def sample_rows(corpus_dir: Path, budget: int) -> tuple[dict[int, np.ndarray], int, int]:
-    """The train documents of smallest SHA256 that fit in ``budget`` bytes, cut at the first that does not: {row
-    group: sorted row indices}, their count and their bytes. Reads only the digest and size columns, and keeps at
-    most the candidates that fit (plus one row group's)."""
+    """The train documents of smallest SHA256 that fit in ``budget`` bytes, cut at the first that does not (one
+    larger than the whole budget never could, so it is passed over): {row group: sorted row indices}, their count
+    and their bytes. Reads only the digest and size columns, and keeps at most the candidates that fit (plus one
+    row group's)."""
     parquet = pq.ParquetFile(split_file(corpus_dir, "train"))
     keys = np.zeros(0, dtype=DIGEST)
     sizes = np.zeros(0, dtype=np.int64)
@@ -75,6 +78,8 @@ def sample_rows(corpus_dir: Path, budget: int) -> tuple[dict[int, np.ndarray], i
         batch_keys = np.array([bytes.fromhex(h) for h in table.column("sha256").to_pylist()], dtype=DIGEST)
         batch_sizes = table.column("bytes").to_numpy()
         rows = np.arange(batch_keys.size)
+        fits = batch_sizes <= budget
+        batch_keys, batch_sizes, rows = batch_keys[fits], batch_sizes[fits], rows[fits]
         if threshold is not None:
             inside = batch_keys < np.array(threshold, dtype=DIGEST)
             batch_keys, batch_sizes, rows = batch_keys[inside], batch_sizes[inside], rows[inside]
@@ -105,7 +110,10 @@ def sample_texts(corpus_dir: Path, chosen: dict[int, np.ndarray]) -> Iterator[st
 
 @cache
 def _tokenizer_from(json_text: str) -> Tokenizer:
-    return Tokenizer.from_str(json_text)
+    tokenizer = Tokenizer.from_str(json_text)
+    # corpus text is text: "<|endoftext|>" quoted in a document is its characters, never the end-of-document id
+    tokenizer.encode_special_tokens = True
+    return tokenizer
 
 
 def _one_thread_each() -> None:
@@ -141,8 +149,7 @@ def build(
     chosen, sampled, sampled_bytes = sample_rows(corpus_dir, params.sample_bytes)
     if not sampled:
         raise SolomonError(
-            f"tokenizer.sample_bytes {params.sample_bytes} holds not one train document (the first in SHA256 order "
-            "is larger): raise it"
+            f"tokenizer.sample_bytes {params.sample_bytes} holds not one train document (every one is larger): raise it"
         )
     tokenizer = train_tokenizer(sample_texts(corpus_dir, chosen), params)
     eod_id = tokenizer.token_to_id(params.eod_token)
