@@ -5,9 +5,11 @@ its run."""
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 from solomon.cli.arguments import add_run_arguments, run_of
+from solomon.errors import SolomonError
 from solomon.export import FORMATS, GGUF, HF
 
 
@@ -31,16 +33,27 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def _export(args: argparse.Namespace) -> None:
     run_dir, root, out = run_of(args), Path(args.root), Path(args.out)
-    if args.format == HF:
+    try:
+        written = _write(args.format, run_dir, root, out)
+    except (OSError, shutil.Error) as exc:  # the destination: unwritable, not a directory, full (staged: none left)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())[:160]
+        raise SolomonError(f"could not write the export in {out} ({reason}): give a writable --out with room") from None
+    except Exception as exc:  # a library's own error for a full disk (safetensors raises SafetensorError)
+        if "No space left on device" not in str(exc):
+            raise
+        raise SolomonError(f"could not write the export in {out} (no space left on device): free space") from None
+    print(f"export: {args.format} export of {run_dir.name} in {written}; check it with `solomon verify --export {out}`")
+
+
+def _write(kind: str, run_dir: Path, root: Path, out: Path) -> Path:
+    if kind == HF:
         from solomon.export.hf import export_hf
 
-        written = export_hf(run_dir, root, out)
-    elif args.format == GGUF:
+        return export_hf(run_dir, root, out)
+    if kind == GGUF:
         from solomon.export.gguf_file import export_gguf
 
-        written = export_gguf(run_dir, root, out)
-    else:
-        from solomon.export.mlflow_model import export_mlflow
+        return export_gguf(run_dir, root, out)
+    from solomon.export.mlflow_model import export_mlflow
 
-        written = export_mlflow(run_dir, root, out)
-    print(f"export: {args.format} export of {run_dir.name} in {written}; check it with `solomon verify --export {out}`")
+    return export_mlflow(run_dir, root, out)

@@ -120,6 +120,10 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
 def _generate(args: argparse.Namespace) -> None:
     from solomon.serving.generate import draw_seed, generate_text
 
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes of the command line that are not UTF-8 arrive as surrogates
+        raise SolomonError(f"--prompt is not UTF-8 text (byte {exc.start} of it): give the prompt as UTF-8") from None
     seed = draw_seed() if args.seed is None else args.seed
     text = generate_text(
         run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, seed,
@@ -141,7 +145,9 @@ def _register_serve(commands: argparse._SubParsersAction) -> None:
         help=f"the manifest SHA256 the run must have (default: ${EXPECT_DIGEST_ENV}; with --model, its tag)",
     )
     server.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
-    server.add_argument("--port", type=POSITIVE_INT, default=8000, help="the port (default: 8000)")
+    server.add_argument(
+        "--port", type=number(int, at_least=1, at_most=65535), default=8000, help="the port (default: 8000)"
+    )
     server.add_argument("--threads", type=POSITIVE_INT, default=1, help="torch threads (default: 1)")
     add_precision(server)
     add_dvc_lock(server)

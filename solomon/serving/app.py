@@ -140,7 +140,7 @@ class Server:
             return self.not_ready()
         arrived = time.monotonic()
         try:
-            job = prepare(served, parse(await read_body(request, limits.max_body_bytes)), limits)
+            job = prepare(served, parse(await read_body(request, limits.max_body_bytes, limits.timeout_s)), limits)
         except RequestError as exc:
             return error(exc.status, exc.message, exc.param)
         if self.pending + job.n > limits.slots + limits.queue:
@@ -204,7 +204,8 @@ def create_app(server: Server) -> FastAPI:
         yield
         server.stop()
 
-    app = FastAPI(title="solomon", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # redirect_slashes off: a POST to "/v1/completions/" gets a JSON 404, not a redirect with no body
+    app = FastAPI(title="solomon", lifespan=lifespan, docs_url=None, redoc_url=None, redirect_slashes=False)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(Exception, _server_error)
     app.get("/healthz")(server.healthz)

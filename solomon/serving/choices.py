@@ -74,7 +74,8 @@ class Choice:
         come) and what could be the start of a stop string."""
         tail = len(visible) - len(visible.rstrip("\ufffd"))
         for stop in self.stops:
-            tail = max(tail, next((k for k in range(len(stop) - 1, 0, -1) if visible.endswith(stop[:k])), 0))
+            longest = min(len(stop) - 1, len(visible))  # a prefix longer than the text cannot end it
+            tail = max(tail, next((k for k in range(longest, 0, -1) if visible.endswith(stop[:k])), 0))
         return tail
 
     def as_dict(self) -> dict:

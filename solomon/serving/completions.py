@@ -12,6 +12,7 @@ Any other field is refused.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
 MAX_STOPS = 4
+MAX_STOP_CHARS = 256  # a stop string's length: each new token is checked against every prefix of each stop
 MAX_N = 4  # choices per request: each takes a slot
 MAX_LOGPROBS = 5  # OpenAI's cap on the top-N log-probabilities per token
 
@@ -80,6 +82,8 @@ class CompletionRequest(BaseModel):
         stops = [value] if isinstance(value, str) else value or []
         if len(stops) > MAX_STOPS or not all(stops):
             raise ValueError(f"at most {MAX_STOPS} stop strings, none empty")
+        if any(len(stop) > MAX_STOP_CHARS for stop in stops):
+            raise ValueError(f"a stop string may have at most {MAX_STOP_CHARS} characters")
         return value
 
 
@@ -98,16 +102,29 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON number")
 
 
-async def read_body(request: Request, limit: int) -> object:
-    """The body as JSON: at most ``limit`` bytes, UTF-8, valid JSON; RequestError otherwise."""
+async def read_body(request: Request, limit: int, timeout_s: float) -> object:
+    """The body as JSON: at most ``limit`` bytes, whole within ``timeout_s``, UTF-8, valid JSON; RequestError
+    otherwise."""
+    from starlette.requests import ClientDisconnect
+
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise RequestError(None, f"request body of {declared} bytes is above this server's {limit}", 413)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise RequestError(None, f"request body is above this server's {limit} bytes", 413)
+
+    async def receive() -> None:
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limit:
+                raise RequestError(None, f"request body is above this server's {limit} bytes", 413)
+
+    try:
+        # a client that stops sending mid-body would hold its connection, and a shutdown, for ever
+        await asyncio.wait_for(receive(), timeout_s)
+    except TimeoutError:
+        raise RequestError(None, f"request body not whole within this server's {timeout_s:g} s", 408) from None
+    except ClientDisconnect:
+        raise RequestError(None, "the client left before its request body was whole") from None
     try:
         text = bytes(body).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -116,6 +133,8 @@ async def read_body(request: Request, limit: int) -> object:
         return json.loads(text, parse_constant=_reject_constant)
     except ValueError as exc:
         raise RequestError(None, f"request body is not valid JSON: {first_line(exc)}") from None
+    except RecursionError:
+        raise RequestError(None, "request body is JSON nested too deeply") from None
 
 
 def parse(body: object) -> CompletionRequest:

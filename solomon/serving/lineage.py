@@ -12,7 +12,9 @@ the one link that rests on what the server computes rather than on what it says.
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -37,16 +39,45 @@ class Broken(Exception):
         self.link = link
 
 
-def _http(url: str, body: dict | None = None, timeout: float = 30.0) -> dict:
+HTTP_TIMEOUT_S = 60.0  # for a whole exchange with a server: a server that answers byte by byte is cut off too
+
+
+def _http(url: str, body: dict | None = None, timeout: float = HTTP_TIMEOUT_S) -> dict:
+    """POST ``body`` (GET without one) to ``url``; the answer's JSON object, or Broken("traffic") in one line."""
+    outcome: dict = {}
+
+    def exchange() -> None:
+        try:
+            outcome["answer"] = _exchange(url, body, timeout)
+        except Broken as broken:
+            outcome["broken"] = broken
+
+    # urlopen's timeout bounds each socket read, not the exchange: a thread bounds the whole (daemon: one left
+    # reading a trickle never holds the command's exit)
+    worker = threading.Thread(target=exchange, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if "broken" in outcome:
+        raise outcome["broken"]
+    if "answer" not in outcome:
+        raise Broken("traffic", f"{url}: no whole answer within {timeout:g} s")
+    return outcome["answer"]
+
+
+def _exchange(url: str, body: dict | None, timeout: float) -> dict:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     try:
+        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return json.loads(answer.read())
+            found = json.loads(answer.read())
     except urllib.error.HTTPError as exc:
-        raise Broken("traffic", f"{url} answered {exc.code}: {exc.read()[:200].decode(errors='replace')}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise Broken("traffic", f"{url}: no JSON answer ({exc})") from None
+        said = " ".join(exc.read()[:200].decode(errors="replace").split())
+        raise Broken("traffic", f"{url} answered {exc.code}: {said}") from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError, RecursionError) as exc:
+        raise Broken("traffic", f"{url}: no JSON answer ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(found, dict):
+        raise Broken("traffic", f"{url}: answered JSON {type(found).__name__}, not an object")
+    return found
 
 
 def _subject_line(statement: dict, role: str) -> str:
@@ -131,7 +162,10 @@ def challenge(
         return check_texts(drawn, lambda prompts, seeds: _invocations(base, prompts, seeds, tokens), local), drawn.nonce
     precision = precision or _claimed_precision(base)
     ask = _Completions(f"{base}/v1/completions")
-    return check_completions(drawn, ask, *args, precision=precision, tolerance=tolerance), drawn.nonce
+    try:
+        return check_completions(drawn, ask, *args, precision=precision, tolerance=tolerance), drawn.nonce
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:  # what a server sent, mis-shaped
+        raise Broken("answers", f"{base}/v1/completions answered choices of another shape ({exc})") from None
 
 
 NEUTRAL = {"repeat_penalty": 1.0}  # what a challenge sets where a server accepts it (see _Completions)
@@ -147,12 +181,16 @@ class _Completions:
 
     def __call__(self, body: dict) -> dict:
         try:
-            return _http(self.url, body | self.extra)
+            answer = _http(self.url, body | self.extra)
         except Broken as refused:
             if not self.extra or f"{self.url} answered 400" not in str(refused):
                 raise
             self.extra = {}
-            return _http(self.url, body)
+            answer = _http(self.url, body)
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise Broken("answers", f"{self.url} answered no choices: not an OpenAI-style completion")
+        return answer
 
 
 def _claimed_precision(base: str) -> str:

@@ -8,7 +8,9 @@ every request in flight (queued ones included) finish, and exits 0.
 
 from __future__ import annotations
 
+import math
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,22 +73,44 @@ def serve(
     def stop(message: str) -> None:  # the model did not verify or load: the listener stops, ``server.error`` says why
         listener.should_exit = True
 
+    _can_listen(host, port)  # before the model loads: uvicorn binds only after its start-up
+
     server = Server(lambda: _announce(load_model(), host, port), limits, stop, image_digest, hooks)
     config = uvicorn.Config(
         create_app(server), host=host, port=port, log_level="warning", access_log=False, lifespan="on",
-        timeout_graceful_shutdown=None,
+        # every request ends within its timeout; a client that stops reading is not waited for much beyond it
+        timeout_graceful_shutdown=math.ceil(limits.timeout_s) + 10,
     )  # fmt: skip
     listener = uvicorn.Server(config)
     # uvicorn raises a captured SIGTERM again once it has drained; handled here, the drain ends in exit 0.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
         listener.run()
+    except SystemExit:  # uvicorn exits when it cannot bind after all (the port taken since the probe)
+        if listener.started:
+            raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     if server.error:
         raise SolomonError(server.error)
     if not listener.started:
         raise SolomonError(f"could not listen on {host}:{port} (in use, or not an address here): pick another --port")
+
+
+def _can_listen(host: str, port: int) -> None:
+    """Stop in one line when ``host``:``port`` cannot be listened on (no such address here, or the port taken)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise SolomonError(f"--host {host} is not an address here ({exc}): give one of this machine's") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise SolomonError(
+                f"could not listen on {host}:{port} ({exc.strerror or exc}): pick another --port or --host"
+            ) from None
 
 
 def _announce(served: Served, host: str, port: int) -> Served:
