@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 
 from solomon.data.datacard import build
-from solomon.errors import run_main
+from solomon.data.stage import run_stage
 from solomon.params import load_params
 
 
@@ -20,4 +20,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_stage(main)

@@ -7,7 +7,7 @@ from pathlib import Path
 from solomon.data.corpus import prepare
 from solomon.data.hooks import crash_point
 from solomon.data.progress import wanted
-from solomon.errors import run_main
+from solomon.data.stage import run_stage
 from solomon.params import load_params
 
 
@@ -31,4 +31,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_stage(main)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from solomon.data.hooks import crash_point
 from solomon.data.progress import wanted
+from solomon.data.stage import run_stage
 from solomon.data.tokenizer import build
-from solomon.errors import run_main
 from solomon.params import load_params
 
 
@@ -39,4 +39,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_stage(main)

@@ -10,12 +10,14 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from conftest import ROOT
 
 from solomon.data import sources
@@ -24,6 +26,7 @@ from solomon.data.corpus import SPLITS, prepare, read_documents
 from solomon.data.tokens import open_tokens, read_meta
 from solomon.errors import SolomonError
 from solomon.params import CorpusParams, SplitParams, TokenizerParams
+from solomon.pipeline import pipeline_env
 
 SPLIT = SplitParams(val=0.2, test=0.2)
 
@@ -247,3 +250,87 @@ def test_a_file_gone_between_check_and_prepare_is_named(tmp_path: Path) -> None:
     (tmp_path / "corpus/books/33.txt").unlink()  # located, then gone: what a reader meets as it streams
     with pytest.raises(SolomonError, match=r"corpus/books/33\.txt cannot be read \(No such file or directory\)"):
         list(sources.chunks(spec, CorpusParams(source="corpus/books"), tmp_path))
+
+
+def test_a_long_document_is_encoded_in_pieces_to_the_same_tokens(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    words = ["alpha", "Beta", "42", "x", "don't", "naïve", "—", "co-op", "  ", "\n", "\n\n", "3.14", "U.S.A.", "日本"]
+    text = " ".join(rng.choice(words, 4000)) + " end"
+    corpus_dir = prepared_corpus(tmp_path, [{"text": t} for t in texts(60)] + [{"text": text}])
+    tokenizer_module.build(corpus_dir, TokenizerParams(vocab_size=400), tmp_path / "tok.json", tmp_path / "tokens")
+    tokenizer = tokenizer_module._tokenizer_from((tmp_path / "tok.json").read_text())
+    whole = tokenizer.encode(text, add_special_tokens=False).ids
+    for size in (40, 300, 5000):
+        cut = tokenizer_module.pieces(text, size)
+        assert "".join(cut) == text and (len(cut) > 1) == (size < len(text))
+        assert [i for piece in cut for i in tokenizer.encode(piece, add_special_tokens=False).ids] == whole, size
+    assert tokenizer_module.pieces("nospaces" * 100, 10) == ["nospaces" * 100]  # no point to cut at: one piece
+
+
+def test_a_zst_file_with_a_long_window_is_named_as_such(tmp_path: Path) -> None:
+    import zstandard
+
+    (tmp_path / "corpus").mkdir()
+    window = zstandard.ZstdCompressionParameters.from_level(3, window_log=31, enable_ldm=True)
+    with zstandard.ZstdCompressor(compression_params=window).stream_writer(
+        open(tmp_path / "corpus/docs.jsonl.zst", "wb")
+    ) as writer:
+        writer.write(jsonl([{"text": "hello"}] * 100))
+    params = CorpusParams(source="corpus/docs.jsonl.zst")
+    expected = r"^corpus/docs\.jsonl\.zst was compressed with a window larger than 128 MiB \(zstd --long=28 or more\)"
+    with pytest.raises(SolomonError, match=expected):
+        sources.inspect(sources.locate(params, tmp_path), params, tmp_path)
+    with pytest.raises(SolomonError, match=expected):
+        documents_of(params, tmp_path)
+
+
+def test_an_oversized_parquet_value_is_refused_before_it_becomes_a_string(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sources, "MAX_DOCUMENT_BYTES", 1000)
+    (tmp_path / "corpus").mkdir()
+    rows = ["short"] * 50 + ["y" * 5000] + ["short"] * 10
+    pq.write_table(pa.table({"text": rows}), tmp_path / "corpus/rows.parquet")
+    with pytest.raises(SolomonError, match=r"^corpus/rows\.parquet row 50 is one document of 0\.0 MiB, over"):
+        documents_of(CorpusParams(source="corpus/rows.parquet"), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
+def test_a_stopped_stage_leaves_no_worker_behind(tmp_path: Path, signal_name: str) -> None:
+    import signal as signals
+
+    import psutil
+
+    from lab.bench.data import synthetic_corpus
+
+    (tmp_path / "corpus").mkdir()
+    synthetic_corpus(tmp_path / "corpus/synthetic.jsonl", 60)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["corpus"]["source"] = "corpus/synthetic.jsonl"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    stage = subprocess.Popen(
+        [sys.executable, str(ROOT / "stages/prepare.py"), "data/corpus", "--workers", "2"],
+        cwd=tmp_path,
+        env=pipeline_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    process = psutil.Process(stage.pid)
+    deadline = time.monotonic() + 60
+
+    def workers() -> list[psutil.Process]:
+        return [p for p in process.children() if "resource_tracker" not in " ".join(p.cmdline())]
+
+    while len(started := workers()) < 2:
+        assert stage.poll() is None and time.monotonic() < deadline, "no workers started"
+        time.sleep(0.05)
+    time.sleep(0.5)  # inside the work
+    stage.send_signal(getattr(signals, signal_name))
+    _, err = stage.communicate(timeout=60)
+    _, alive = psutil.wait_procs(started, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
+    if signal_name == "SIGINT":
+        assert stage.returncode == 130
+        assert err.strip() == "error: interrupted: the stage's previous outputs are left as they were"
+    assert not (tmp_path / "data/corpus").exists()

@@ -7,12 +7,18 @@ would read its whole input ahead when the workers fall behind).
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from functools import partial
 from typing import TypeVar
+
+from solomon.errors import SolomonError
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -46,7 +52,8 @@ def ordered_map(
     limit = in_flight or 2 * workers + 1
     # spawn, not fork: the stages run threads (progress bars, tokenizers' pool) that a fork would copy half-held.
     # A worker that dies (killed, out of memory) fails the map with BrokenProcessPool rather than hanging it.
-    with ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), initializer) as pool:
+    start = partial(_worker_start, initializer, os.getpid())
+    with ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), start) as pool:
         pending: deque = deque()
         try:
             for item in items:
@@ -55,6 +62,25 @@ def ordered_map(
                     yield pending.popleft().result()
             while pending:
                 yield pending.popleft().result()
+        except BrokenProcessPool:
+            raise SolomonError(
+                "a worker process died (killed, or out of memory): rerun, with --workers 1 to use less memory"
+            ) from None
         finally:
             for future in pending:
                 future.cancel()
+
+
+def _worker_start(initializer: Callable[[], None] | None, stage_pid: int) -> None:
+    """In each worker: die with the stage's process (a worker left behind would wait on its queue for ever), and
+    leave Ctrl-C to it (the stage stops once, in one line); then the stage's own ``initializer``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: Linux; elsewhere the worker outlives a killed stage
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != stage_pid:  # the stage died before the line above took effect
+        os._exit(1)
+    if initializer is not None:
+        initializer()

@@ -12,7 +12,8 @@ from tqdm import tqdm
 
 def wanted(environ: Mapping[str, str]) -> bool:
     """Whether a stage shows progress: stderr is a terminal and this is not CI."""
-    return sys.stderr.isatty() and environ.get("CI", "").lower() != "true"
+    terminal = sys.stderr is not None and sys.stderr.isatty()  # None: started with stderr closed
+    return terminal and environ.get("CI", "").lower() != "true"
 
 
 class Bar:

@@ -394,6 +394,15 @@ class _ZstdFrames(io.RawIOBase):
         return n
 
 
+def _damaged(name: str, exc: BaseException, where: str = "") -> SolomonError:
+    if "requires too much memory" in str(exc):  # zstd --long: a window past the decoder's default 128 MiB
+        return SolomonError(
+            f"{name} was compressed with a window larger than 128 MiB (zstd --long=28 or more), which would take "
+            "that much memory to read: recompress it without --long, or with --long=27 or less"
+        )
+    return SolomonError(f"{name} is damaged{where} ({exc}): recompress it or restore it from its source")
+
+
 def _decompression_errors() -> tuple[type[BaseException], ...]:
     errors: tuple[type[BaseException], ...] = (OSError, EOFError, zlib.error)
     try:
@@ -488,9 +497,7 @@ def _jsonl_chunks(path: Path, name: str, id_prefix: str, params: CorpusParams) -
             try:
                 raw = handle.readline(MAX_DOCUMENT_BYTES + 1)
             except _decompression_errors() as exc:
-                raise SolomonError(
-                    f"{name} is damaged near line {number} ({exc}): recompress it or restore it from its source"
-                ) from None
+                raise _damaged(name, exc, f" near line {number}") from None
             if not raw:
                 break
             _not_too_long(len(raw), f"{name} line {number}", at_least=True)
@@ -509,7 +516,7 @@ def _parquet_file(path: Path, name: str):
 
     _open_readable(path, name).close()  # an unreadable file is named as such, not as a broken one
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=False)  # pre-buffering would hold the file's column chunks whole
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError and others for a file that is not Parquet
         raise SolomonError(f"{name} is not a readable Parquet file ({_first(exc)}): restore or rewrite it") from None
 
@@ -587,7 +594,10 @@ def _parquet_chunks(path: Path, name: str, id_prefix: str, params: CorpusParams)
         if batch is None:
             break
         # cut where the rows' text passes CHUNK_BYTES: the metadata's average does not bound an uneven batch
-        for start, stop in _byte_bounded(_text_lengths(batch.column(params.text_field))):
+        lengths = _text_lengths(batch.column(params.text_field))
+        for offset, length in enumerate(lengths):  # before any value becomes a Python string
+            _not_too_long(length, f"{name} row {row + offset}")
+        for start, stop in _byte_bounded(lengths):
             piece = batch.slice(start, stop - start)
             texts = _column_values(piece.column(params.text_field), name, params.text_field, row)
             ids = _column_values(piece.column(params.id_field), name, params.id_field, row) if params.id_field else None
@@ -659,4 +669,4 @@ def _first_record(path: Path, name: str, params: CorpusParams) -> None:
     except _decompression_errors() as exc:
         if isinstance(exc, PermissionError):
             raise
-        raise SolomonError(f"{name} is damaged ({exc}): recompress it or restore it from its source") from None
+        raise _damaged(name, exc) from None

@@ -15,6 +15,7 @@ A document's text is encoded as text: the end-of-document marker written inside 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from functools import cache, partial
@@ -121,17 +122,60 @@ def _one_thread_each() -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 
+# tokenizers holds about 150 bytes for each byte of text it encodes (an Encoding's tokens, offsets, masks), so text
+# goes to it in batches of at most this many characters, and a longer document in pieces
+ENCODE_CHARS = 1 << 20
+# where a document may be cut without changing its tokens: a space between two ASCII letters or digits, where the
+# byte-level pre-tokenizer (GPT-2's pattern) splits anyway, as no pre-token holds a space but at its start
+_CUT = re.compile(r"(?<=[A-Za-z0-9]) (?=[A-Za-z0-9])")
+
+
+def pieces(text: str, size: int = ENCODE_CHARS) -> list[str]:
+    """``text`` cut into pieces of about ``size`` characters at points where the encoder splits anyway, so their
+    tokens together are the whole text's; one piece when it has no such point."""
+    found, start = [], 0
+    while len(text) - start > size:
+        cut = _CUT.search(text, start + size)
+        if cut is None:
+            break
+        found.append(text[start : cut.start()])
+        start = cut.start()
+    return [*found, text[start:]]
+
+
 def encode_row_group(task: tuple[Path, int], tokenizer_json: str, eod_id: int, dtype: str) -> tuple[bytes, int, int]:
-    """One row group's documents as token bytes (each followed by ``eod_id``), its document count and text bytes."""
+    """One row group's documents as token bytes (each followed by ``eod_id``), its document count and text bytes:
+    encoded a bounded batch of text at a time, so memory does not follow the largest document."""
     path, group = task
     table = pq.ParquetFile(path).read_row_group(group, columns=["text", "bytes"])
     tokenizer = _tokenizer_from(tokenizer_json)
-    encoded = tokenizer.encode_batch_fast(table.column("text").to_pylist(), add_special_tokens=False)
-    ids = [e.ids for e in encoded]
-    for piece in ids:
-        piece.append(eod_id)
-    total = sum(map(len, ids))
-    flat = np.fromiter(chain.from_iterable(ids), dtype=np.dtype(dtype), count=total)
+    out: list[np.ndarray] = []
+    batch: list[str] = []
+    ends: list[bool] = []  # whether a piece is its document's last
+    held = 0
+
+    def flush() -> None:
+        ids = [e.ids for e in tokenizer.encode_batch_fast(batch, add_special_tokens=False)]
+        for piece, last in zip(ids, ends, strict=True):
+            if last:
+                piece.append(eod_id)
+        total = sum(map(len, ids))
+        out.append(np.fromiter(chain.from_iterable(ids), dtype=np.dtype(dtype), count=total))
+        batch.clear()
+        ends.clear()
+
+    for text in table.column("text").to_pylist():
+        parts = pieces(text)
+        for index, part in enumerate(parts):
+            batch.append(part)
+            ends.append(index == len(parts) - 1)
+            held += len(part)
+            if held >= ENCODE_CHARS:
+                flush()
+                held = 0
+    if batch:
+        flush()
+    flat = np.concatenate(out) if out else np.zeros(0, dtype=np.dtype(dtype))
     return flat.tobytes(), table.num_rows, int(table.column("bytes").to_numpy().sum())
 
 
