@@ -295,17 +295,25 @@ def test_an_oversized_parquet_value_is_refused_before_it_becomes_a_string(
         documents_of(CorpusParams(source="corpus/rows.parquet"), tmp_path)
 
 
+@pytest.fixture(scope="module")
+def large_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A corpus that keeps two prepare workers busy for seconds on any host kind (stopped long before its end)."""
+    from lab.bench.data import synthetic_corpus
+
+    path = tmp_path_factory.mktemp("large") / "synthetic.jsonl"
+    synthetic_corpus(path, 200)
+    return path
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGINT"])
-def test_a_stopped_stage_leaves_no_worker_behind(tmp_path: Path, signal_name: str) -> None:
+def test_a_stopped_stage_leaves_no_worker_behind(tmp_path: Path, large_corpus: Path, signal_name: str) -> None:
     import signal as signals
 
     import psutil
 
-    from lab.bench.data import synthetic_corpus
-
     (tmp_path / "corpus").mkdir()
-    synthetic_corpus(tmp_path / "corpus/synthetic.jsonl", 60)
+    (tmp_path / "corpus/synthetic.jsonl").symlink_to(large_corpus)
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["corpus"]["source"] = "corpus/synthetic.jsonl"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
@@ -325,7 +333,8 @@ def test_a_stopped_stage_leaves_no_worker_behind(tmp_path: Path, signal_name: st
     while len(started := workers()) < 2:
         assert stage.poll() is None and time.monotonic() < deadline, "no workers started"
         time.sleep(0.05)
-    time.sleep(0.5)  # inside the work
+    time.sleep(0.3)  # inside the work
+    assert stage.poll() is None, "the stage ended before it could be stopped: give it a larger corpus"
     stage.send_signal(getattr(signals, signal_name))
     _, err = stage.communicate(timeout=60)
     _, alive = psutil.wait_procs(started, timeout=10)
