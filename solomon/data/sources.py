@@ -202,8 +202,6 @@ class JsonLinesChunk:
 
     def documents(self) -> Iterator[tuple[str, str]]:
         for number, raw in enumerate(self.lines, start=self.first_line):
-            if number == 1:
-                raw = raw.removeprefix(UTF8_BOM)
             record = parse_json_line(raw, self.name, number)
             if record is None:
                 continue
@@ -232,7 +230,6 @@ class ParquetChunk:
                     f"{self.name} row {row}: '{self.text_field}' is {'null' if text is None else type(text).__name__}"
                     ", not a string: drop or fill that row"
                 )
-            _not_too_long(len(text.encode("utf-8")), f"{self.name} row {row}")
             doc_id = self.ids[offset] if self.ids is not None else None
             yield (str(doc_id) if doc_id is not None else f"{self.id_prefix}:{row}"), text
 
@@ -264,7 +261,9 @@ def decode_utf8(data: bytes, name: str) -> str:
 
 def parse_json_line(raw: bytes, name: str, number: int) -> dict | None:
     """One JSON Lines record, or None for a blank line. A record ends at "\\n" alone: U+2028, U+0085 and other
-    characters a JSON string may hold raw are part of it."""
+    characters a JSON string may hold raw are part of it. A byte-order mark opening line 1 is not part of it."""
+    if number == 1:
+        raw = raw.removeprefix(UTF8_BOM)
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -662,7 +661,7 @@ def _first_record(path: Path, name: str, params: CorpusParams) -> None:
         with open(path, "rb") as raw, _decompressed(raw, path) as handle:
             for number, raw in enumerate(iter(lambda: handle.readline(MAX_DOCUMENT_BYTES + 1), b""), start=1):
                 _not_too_long(len(raw), f"{name} line {number}", at_least=True)
-                record = parse_json_line(raw.removeprefix(UTF8_BOM) if number == 1 else raw, name, number)
+                record = parse_json_line(raw, name, number)
                 if record is not None:
                     text_value(record, params.text_field, f"{name} line {number}")
                     return
