@@ -308,8 +308,10 @@ class TrainParams(_Section):
     )
     keep_checkpoints: PositiveInt = Param(3, "how many checkpoints are kept; may change on resume")
     compile: bool = Param(False, "wrap the model in torch.compile (no gain here; not covered by the resume tests)")
-    precision: Literal["fp32", "bf16"] = Param(
-        "bf16", "bf16 (CPU autocast, same bytes on resume) or fp32; a run resumes only in its own precision"
+    precision: Literal["auto", "bf16", "fp32"] = Param(
+        "auto",
+        "auto: bf16 where the CPU has native bf16 matmuls, else fp32; bf16: autocast and Muon's orthogonalisation in "
+        "bf16; fp32 throughout (docs/training.md); a run resumes only in the precision it resolved to",
     )
     threads: PositiveInt = Param(2, "torch threads per process")
     portable: bool = Param(
@@ -323,11 +325,11 @@ class TrainParams(_Section):
 
     @model_validator(mode="after")
     def _portable_runs_fp32(self) -> TrainParams:
-        if self.portable and self.precision != "fp32":
+        if self.portable and self.precision == "bf16":
             raise ParamError(
                 "portable",
-                "train.portable needs train.precision: fp32 (bf16 matmuls on the AVX2 path every host shares run "
-                "without bf16 hardware, far too slowly to train): set both, or train.portable: false",
+                "train.portable needs train.precision: fp32 or auto (bf16 matmuls on the AVX2 path every host shares "
+                "run without bf16 hardware, far too slowly to train): set both, or train.portable: false",
             )
         if self.portable and self.compile:
             raise ParamError(

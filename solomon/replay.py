@@ -39,7 +39,7 @@ from solomon.runtime import configure_torch
 from solomon.train.checkpoint import DIGESTED, INDEX_FILE, Checkpointer, Loaded, load_file, state_digest
 from solomon.train.fingerprint import fingerprint, first_difference
 from solomon.train.loop import TrainPaths, build_components, run_step
-from solomon.train.step import autocast_for
+from solomon.train.precision import Precision, autocast_for
 
 # Relative difference allowed between a replayed and a recorded loss or gradient norm. bf16 autocast rounds every
 # matmul input to 8 significant bits, so kernels that sum in another order drift apart from the first step, but
@@ -158,6 +158,18 @@ def replay_mode(run_dir: Path) -> None:
     enter_mode(portable)
 
 
+def recorded_precision(saved_fingerprint: dict, setting: str, run_id: str) -> Precision:
+    """The precision the run computed in, as its anchor's fingerprint records it (a run from before ``auto`` computed
+    in its explicit setting): a replay computes in it whatever this host would choose for ``auto``."""
+    recorded = saved_fingerprint.get("environment.precision", None if setting == "auto" else setting)
+    if recorded not in ("bf16", "fp32"):
+        raise SolomonError(
+            f"run {run_id}'s anchor does not record the precision train.precision: {setting} resolved to: it cannot "
+            "be replayed, only retrained"
+        )
+    return recorded
+
+
 def replay(
     run_dir: Path,
     root: Path = Path("."),
@@ -192,6 +204,8 @@ def replay(
     threads = threads or cfg.threads
     configure_torch(threads, compiled=cfg.compile, portable=cfg.portable)
     machine = describe()
+    state = load_file(anchor_file)
+    precision = recorded_precision(state["fingerprint"], cfg.precision, result.run_id)
     spans = [s for s in index.get("machine_kinds", []) if s["steps"][1] > start and s["steps"][0] <= end]
     done = Replayed(
         run_id=result.run_id,
@@ -199,24 +213,24 @@ def replay(
         end=end,
         recorded_on=[_span_text(span) for span in spans] or ["(not recorded)"],
         replayed_on=machine["kind"],
-        recorded_settings=f"threads {cfg.threads}, {cfg.precision}{', portable' if cfg.portable else ''}",
-        replayed_settings=f"threads {threads}, {cfg.precision}{', portable' if cfg.portable else ''}",
+        recorded_settings=f"threads {cfg.threads}, {precision}{', portable' if cfg.portable else ''}",
+        replayed_settings=f"threads {threads}, {precision}{', portable' if cfg.portable else ''}",
         tolerance=0.0 if cfg.portable else tolerance or TOLERANCE,
         exact=cfg.portable,
     )
     with tempfile.TemporaryDirectory(prefix="solomon-replay-") as scratch:
         tokens_dir = _tokens_dir(files, Path(scratch))
-        state = load_file(anchor_file)
-        current = fingerprint(params, tokens_dir, files[records.TOKENIZER])
+        current = fingerprint(params, tokens_dir, files[records.TOKENIZER], precision)
         if difference := first_difference(state["fingerprint"], current):
             key, old, new = difference
             done.notes.append(f"{key} differs from the run's ({old!r} → {new!r}): the replay runs what is here")
         paths = TrainPaths(tokens_dir, files[records.TOKENIZER], *(Path(scratch) / "unused" for _ in range(5)))
         tokens = open_tokens(tokens_dir, "train")
-        parts = build_components(params, paths, len(tokens), read_meta(tokens_dir)["vocab_size"], 1, machine)
+        vocab_size = read_meta(tokens_dir)["vocab_size"]
+        parts = build_components(params, paths, len(tokens), vocab_size, 1, machine, precision)
         Checkpointer.restore(Loaded(start, anchor_file, state), parts.by_name())
         step_model = torch.compile(parts.model) if cfg.compile else parts.model
-        autocast = autocast_for(cfg.precision)
+        autocast = autocast_for(precision)
         parts.model.train()
         for step in range(start, end):
             loss, grad_norm, _ = run_step(parts, params, tokens, step, 0, step_model, autocast)

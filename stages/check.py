@@ -10,6 +10,10 @@ a failed stage leaves the previous ones in place. Its command names each later s
 params dvc.yaml lists for it (written there by `python -m lab deps --write`, so a changed list reruns check). Each later
 stage depends on its own file here instead of on the params code: editing a meaning or a comment in
 solomon/params.py reruns this stage alone, while a change in what a stage is given reruns that stage.
+
+It also says, before the data stages run, what the train stage will compute in on this host (``train.precision``
+resolved: ``solomon.train.precision``) and about how long its steps will take, from a short measured probe of the
+configured step. That line is printed, not written: the validated params stay the same bytes on every host.
 """
 
 import argparse
@@ -17,9 +21,27 @@ import argparse
 from solomon.atomic import write_json
 from solomon.data.sources import inspect, locate
 from solomon.errors import run_main
-from solomon.params import load_params
+from solomon.machine import describe
+from solomon.params import Params, load_params
 from solomon.pipeline import selected, stage_and_params
+from solomon.portable import enter_mode
 from solomon.records import PARAMS_FILE, checked_params_path
+from solomon.train.precision import resolve, why
+from solomon.train.probe import probe_step
+
+
+def training_estimate(params: Params) -> str:
+    """What the train stage will compute in here, and its steps' time from a probe of the configured step."""
+    cfg, machine = params.train, describe()
+    precision = resolve(cfg.precision, cfg.portable, machine)
+    probe = probe_step(params, precision, params.tokenizer.vocab_size)
+    minutes = probe.training_seconds(cfg.max_steps) / 60
+    reason = why(cfg.precision, cfg.portable, machine)
+    return (
+        f"check: train.precision {cfg.precision} → {precision} on this host ({reason}; "
+        f"{machine['kind']}): a step takes about {probe.seconds_per_step:.3g} s (probe of {len(probe.seconds)}), "
+        f"so train.max_steps {cfg.max_steps:,} ≈ {minutes:,.1f} min of training"
+    )
 
 
 def main() -> None:
@@ -33,10 +55,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     params = load_params()
+    enter_mode(params.train.portable)  # the probe below runs in the train stage's mode (may re-execute this stage)
     inspect(locate(params.corpus), params.corpus)
     for stage, names in args.stages:
         write_json(checked_params_path(stage), selected(params, names))
     print(f"check: {PARAMS_FILE} and corpus.source are valid; validated params for {len(args.stages)} stages")
+    print(training_estimate(params), flush=True)
 
 
 if __name__ == "__main__":

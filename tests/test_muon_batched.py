@@ -83,7 +83,7 @@ def test_train_optimizer_muon_keeps_torchs_the_bench_picks_either_and_non_matric
     """torch's stays the default (BatchedMuon's step measured slower: lab/bench/muon.py)."""
     torch.manual_seed(0)
     model = GPT(CONFIG)
-    assert type(build_optimizer(model, TrainParams(optimizer="muon"), 1e-3).muon) is torch.optim.Muon
+    assert type(build_optimizer(model, TrainParams(optimizer="muon"), 1e-3, "bf16").muon) is torch.optim.Muon
     assert isinstance(
         MuonWithAdamW(model, TrainParams(optimizer="muon"), 1e-3, muon_class=BatchedMuon).muon, BatchedMuon
     )

@@ -16,7 +16,8 @@ from solomon.errors import SolomonError
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import TrainParams, load_params
 from solomon.train.optimizer import MuonWithAdamW, build_optimizer, hidden_matrices
-from solomon.train.step import autocast_for, train_step
+from solomon.train.precision import autocast_for
+from solomon.train.step import train_step
 
 CONFIG = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.0, bias=True)
 
@@ -41,7 +42,7 @@ def steps(model: GPT, optimizer, seeds: range, lr: float = 1e-2, label_smoothing
 
 def test_muon_takes_the_blocks_hidden_matrices_and_adamw_everything_else_once() -> None:
     model = tiny_model()
-    optimizer = build_optimizer(model, TrainParams(optimizer="muon"), 1e-3)
+    optimizer = build_optimizer(model, TrainParams(optimizer="muon"), 1e-3, "bf16")
     assert isinstance(optimizer, MuonWithAdamW)
     names = {id(p): name for name, p in model.named_parameters()}  # the tied head appears once, as wte
     muon = [names[id(p)] for group in optimizer.muon.param_groups for p in group["params"]]
@@ -59,8 +60,8 @@ def test_muon_takes_the_blocks_hidden_matrices_and_adamw_everything_else_once() 
 
 def test_muon_is_the_default_and_adamw_groups_as_before() -> None:
     model = tiny_model()
-    assert isinstance(build_optimizer(model, TrainParams(), 1e-3), MuonWithAdamW)  # the promised baseline
-    optimizer = build_optimizer(model, TrainParams(optimizer="adamw"), 1e-3)
+    assert isinstance(build_optimizer(model, TrainParams(), 1e-3, "bf16"), MuonWithAdamW)  # the promised baseline
+    optimizer = build_optimizer(model, TrainParams(optimizer="adamw"), 1e-3, "bf16")
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"]
     decayed, undecayed = optimizer.param_groups
     assert [p.dim() >= 2 for p in decayed["params"]] == [True] * len(decayed["params"])
@@ -70,7 +71,7 @@ def test_muon_is_the_default_and_adamw_groups_as_before() -> None:
 @pytest.mark.parametrize("name", ["adamw", "muon"])
 def test_the_step_sets_every_groups_lr_and_label_smoothing_trains_with_either(name: str) -> None:
     model = tiny_model()
-    optimizer = build_optimizer(model, TrainParams(optimizer=name), 1.0)
+    optimizer = build_optimizer(model, TrainParams(optimizer=name), 1.0, "bf16")
     before = copy.deepcopy(model.state_dict())
     steps(model, optimizer, range(1), lr=0.0)  # lr 0 reaches both optimisers: nothing moves (decay is lr-scaled)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -83,7 +84,7 @@ def test_the_step_sets_every_groups_lr_and_label_smoothing_trains_with_either(na
 
 def test_muon_state_round_trips_so_a_resumed_run_takes_the_same_steps() -> None:
     model = tiny_model()
-    optimizer = build_optimizer(model, TrainParams(optimizer="muon"), 1e-2)
+    optimizer = build_optimizer(model, TrainParams(optimizer="muon"), 1e-2, "bf16")
     steps(model, optimizer, range(3))
     saved_model, saved_state = copy.deepcopy(model.state_dict()), copy.deepcopy(optimizer.state_dict())
     assert set(saved_state) == {"muon", "adamw"} and len(saved_state["muon"]["state"]) == 8  # momentum buffers
@@ -91,13 +92,13 @@ def test_muon_state_round_trips_so_a_resumed_run_takes_the_same_steps() -> None:
 
     resumed = tiny_model()
     resumed.load_state_dict(saved_model)
-    restored = build_optimizer(resumed, TrainParams(optimizer="muon"), 1e-2)
+    restored = build_optimizer(resumed, TrainParams(optimizer="muon"), 1e-2, "bf16")
     restored.load_state_dict(saved_state)
     assert steps(resumed, restored, range(3, 6)) == continued
     assert all(torch.equal(a, b) for a, b in zip(resumed.parameters(), model.parameters(), strict=True))
     fresh = tiny_model()  # without the momentum the same steps differ: the state is what makes the resume exact
     fresh.load_state_dict(saved_model)
-    assert steps(fresh, build_optimizer(fresh, TrainParams(optimizer="muon"), 1e-2), range(3, 6)) != continued
+    assert steps(fresh, build_optimizer(fresh, TrainParams(optimizer="muon"), 1e-2, "bf16"), range(3, 6)) != continued
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import torch
 from conftest import dvc
 
 from lab.scratch import write_params
+from solomon.errors import SolomonError
 from solomon.pipeline import pipeline_env
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
@@ -88,3 +89,15 @@ def test_bad_input_exits_2_with_one_line(built_repo: Path, args: tuple[str, ...]
     done = replay(built_repo, *args)
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_replay_computes_in_the_precision_the_run_recorded() -> None:
+    """What auto resolved to is read from the anchor, whatever this host would choose; a run from before auto
+    computed in its explicit setting; an auto run whose anchor lacks it is refused in one line."""
+    from solomon.replay import recorded_precision
+
+    assert recorded_precision({"environment.precision": "fp32"}, "auto", "r") == "fp32"
+    assert recorded_precision({}, "bf16", "r") == "bf16"
+    refused = re.escape("run r's anchor does not record the precision train.precision: auto")
+    with pytest.raises(SolomonError, match=refused):
+        recorded_precision({}, "auto", "r")

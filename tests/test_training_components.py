@@ -415,27 +415,84 @@ def test_the_gemm_peak_shrinks_its_matmul_to_fit_its_time_budget() -> None:
     assert describe()["bf16_matmul"] in ("native", "fallback")
 
 
-def test_a_bf16_run_on_a_cpu_without_bf16_kernels_says_so_as_it_starts(tiny_run, capsys) -> None:
-    """bf16 autocast, or Muon (its Newton-Schulz runs in bf16), on a CPU whose bf16 matmuls take torch's scalar
-    fallback: the run goes on, and the stage's first lines say why it is slow and what trains in fp32."""
+def test_an_explicit_bf16_run_on_a_cpu_without_bf16_kernels_says_so_as_it_starts(tiny_run, capsys) -> None:
+    """train.precision: bf16 set explicitly on a CPU whose bf16 matmuls take torch's scalar fallback (auto would
+    not choose it): the run goes on in bf16, and the stage's first lines say why it is slow and what trains in
+    fp32."""
     from solomon.machine import describe
-    from solomon.train.step import bf16_fallback_warning
+    from solomon.train.precision import bf16_fallback_warning
 
     fallback = {**describe(), "bf16_matmul": "fallback"}
     peaks = {"fp32": 150.0, "bf16": 0.9}
-    assert bf16_fallback_warning("fp32", "adamw", fallback, peaks) is None
-    assert bf16_fallback_warning("bf16", "muon", {**fallback, "bf16_matmul": "native"}, peaks) is None
-    both = bf16_fallback_warning("bf16", "muon", fallback, peaks)
-    assert "(bf16 GEMM 0.9 GFLOP/s against 150 in fp32 here)" in both
-    assert "train.precision: bf16 and train.optimizer: muon compute in bf16" in both
-    assert "train.optimizer: muon compute" in bf16_fallback_warning("fp32", "muon", fallback, None)
+    assert bf16_fallback_warning("fp32", fallback, peaks) is None
+    assert bf16_fallback_warning("bf16", {**fallback, "bf16_matmul": "native"}, peaks) is None
+    warning = bf16_fallback_warning("bf16", fallback, peaks)
+    assert "(bf16 GEMM 0.9 GFLOP/s against 150 in fp32 here)" in warning
+    assert "train.precision: auto (or fp32) trains in fp32 here" in warning
     params, paths = tiny_run(
         {"train": {"max_steps": 2, "precision": "bf16", "optimizer": "adamw"}, "lr": {"cooldown": 0.5}}
     )
-    train(params, paths, recorder=Recorder(machine=fallback, gemm_peak=peaks))
+    metrics = train(params, paths, recorder=Recorder(machine=fallback, gemm_peak=peaks))
     err = capsys.readouterr().err
-    assert bf16_fallback_warning("bf16", "adamw", fallback, peaks) in err
-    assert "-S train.precision=fp32 -S train.optimizer=adamw" in err
+    assert warning in err
+    assert "train: computing in bf16 (train.precision: bf16; set explicitly)" in err
+    assert metrics["precision"] == "bf16"
+
+
+def test_precision_auto_resolves_by_the_cpu_and_an_explicit_one_wins() -> None:
+    from solomon.train.precision import resolve
+
+    native, fallback = {"bf16_matmul": "native"}, {"bf16_matmul": "fallback"}
+    assert resolve("auto", False, native) == "bf16"
+    assert resolve("auto", False, fallback) == "fp32"
+    assert resolve("auto", True, native) == "fp32"  # a portable run is fp32 everywhere
+    assert resolve("bf16", False, fallback) == "bf16"
+    assert resolve("fp32", False, native) == "fp32"
+    with pytest.raises(ValueError, match="not one of auto, bf16, fp32"):
+        resolve("fp16", False, native)
+
+
+def test_muon_orthogonalises_in_the_runs_precision() -> None:
+    """bf16: torch's Muon (its Newton-Schulz in bf16); fp32: BatchedMuon in fp32, so that an fp32 step has no bf16
+    matmul left (each would take the scalar path on an AVX2-only CPU)."""
+    from solomon.params import TrainParams
+    from solomon.train.muon import BatchedMuon
+    from solomon.train.optimizer import build_optimizer
+
+    model = GPT(GPTConfig(vocab_size=64, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    assert type(build_optimizer(model, TrainParams(), 1e-3, "bf16").muon) is torch.optim.Muon
+    fp32 = build_optimizer(model, TrainParams(), 1e-3, "fp32").muon
+    assert isinstance(fp32, BatchedMuon) and fp32.ns_dtype == torch.float32
+
+
+def test_an_auto_run_records_its_choice_and_resumes_only_in_it(tiny_run, capsys) -> None:
+    """auto on a CPU without native bf16 matmuls trains in fp32 and says so; the run record and the checkpoint's
+    fingerprint hold fp32. A resume where auto would choose bf16 is refused with the fix, which works: the explicit
+    precision the run resolved to resumes it (the setting itself is not fingerprinted, its resolution is)."""
+    from solomon.machine import describe
+    from solomon.train.checkpoint import Checkpointer
+
+    here = describe()
+    native, fallback = {**here, "bf16_matmul": "native"}, {**here, "bf16_matmul": "fallback"}
+    params, paths = tiny_run({"train": {"max_steps": 10}, "lr": {"cooldown": 0.0}})
+    assert params.train.precision == "auto"
+    metrics = train(params, paths, recorder=Recorder(machine=fallback))
+    err = capsys.readouterr().err
+    assert "train: computing in fp32 (train.precision: auto; this CPU has no native bf16 matmuls)" in err
+    assert metrics["precision"] == "fp32"
+    loaded = Checkpointer(paths.checkpoints, 3).load_latest()
+    assert loaded.state["fingerprint"]["environment.precision"] == "fp32"
+    Checkpointer(paths.checkpoints, 3).mark_completed(False)  # as a run killed after its checkpoint at step 10
+    params, paths = tiny_run({"train": {"max_steps": 12}, "lr": {"cooldown": 0.0}})
+    with pytest.raises(SolomonError) as refused:
+        train(params, paths, recorder=Recorder(machine=native))
+    assert str(refused.value).startswith(
+        "resume refused: environment.precision differs from the checkpoint at step 10 ('fp32' → 'bf16'); "
+        "train.precision: auto resolves otherwise on this CPU; set train.precision to the checkpoint's value"
+    )
+    params, paths = tiny_run({"train": {"max_steps": 12, "precision": "fp32"}, "lr": {"cooldown": 0.0}})
+    metrics = train(params, paths, recorder=Recorder(machine=native))
+    assert metrics["resumed_from_step"] == 10 and metrics["precision"] == "fp32"
 
 
 def test_a_resume_on_another_machine_kind_is_warned_and_recorded(tiny_run, capsys) -> None:
@@ -461,3 +518,34 @@ def test_a_resume_on_another_machine_kind_is_warned_and_recorded(tiny_run, capsy
         {"kind": here["kind"], "steps": [1, 20]},
         {"kind": other["kind"], "steps": [21, 30]},
     ]
+
+
+@pytest.mark.parametrize("capped", [False, True])
+def test_the_check_stage_says_what_the_run_will_compute_in_and_how_long(
+    built_repo: Path, tmp_path: Path, capped: bool
+) -> None:
+    """Before any data stage: the check stage resolves train.precision for this host and times the configured step.
+    oneDNN capped at AVX2 has no bf16 kernels (as an AVX2-only CPU), so auto resolves to fp32 there."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, workdir
+
+    from solomon.machine import bf16_matmul_native
+    from solomon.pipeline import pipeline_env
+
+    cwd = workdir(built_repo, tmp_path / "check")
+    env = pipeline_env() | ({"ONEDNN_MAX_CPU_ISA": "AVX2"} if capped else {})
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "stages/check.py")], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    expected = "fp32" if capped or not bf16_matmul_native() else "bf16"
+    native = "has native" if expected == "bf16" else "has no native"
+    line = done.stdout.splitlines()[-1]
+    assert re.fullmatch(
+        rf"check: train\.precision auto → {expected} on this host \(this CPU {native} bf16 matmuls; .*\): a "
+        r"step takes about [0-9.e-]+ s \(probe of 2\), so train\.max_steps [0-9,]+ ≈ [0-9.,]+ min of training",
+        line,
+    ), line
+    assert ("ONEDNN_MAX_CPU_ISA=AVX2" in line) is capped

@@ -16,7 +16,8 @@ from solomon.params import Params
 from solomon.runtime import configure_torch
 from solomon.train.data_order import DataOrder
 from solomon.train.optimizer import build_optimizer
-from solomon.train.step import autocast_for, train_step
+from solomon.train.precision import autocast_for, for_this_host
+from solomon.train.step import train_step
 
 DROPPED = 2  # first rounds: allocation and caches warming
 
@@ -27,12 +28,13 @@ def family_steps(params: Params, rounds: int = 10, vocab_size: int = 8192) -> di
     tokens = torch.randint(0, vocab_size, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
     order = DataOrder(0, len(tokens), params.model.block_size, cfg.batch_size, cfg.accum_steps)
     built = {}
+    precision = for_this_host(cfg)
     for name, model_params in FAMILIES.items():
         torch.manual_seed(0)
         config = GPTConfig.from_params(params.model.model_copy(update=model_params), vocab_size)
         model = GPT(config)
-        built[name] = (model, build_optimizer(model, cfg, 1e-4))
-    autocast = autocast_for(cfg.precision)
+        built[name] = (model, build_optimizer(model, cfg, 1e-4, precision))
+    autocast = autocast_for(precision)
     seconds: dict[str, list[float]] = {name: [] for name in built}
     for step in range(rounds):
         batches = [order.batch(tokens, step, m) for m in range(order.accum_steps)]

@@ -26,7 +26,8 @@ from solomon.runtime import configure_torch
 from solomon.train.data_order import DataOrder
 from solomon.train.muon import BatchedMuon
 from solomon.train.optimizer import MuonWithAdamW, Optimizer, build_optimizer, hidden_matrices
-from solomon.train.step import autocast_for, train_step
+from solomon.train.precision import autocast_for, for_this_host
+from solomon.train.step import train_step
 
 NS_STEPS = (3, 4, 5)
 MUONS = {"torch Muon": torch.optim.Muon, "batched Muon": BatchedMuon}
@@ -50,7 +51,8 @@ class Timed:
 
 def variants(model: GPT, params: Params) -> dict[str, Timed]:
     cfg = params.train
-    built = {"AdamW": Timed(build_optimizer(model, cfg.model_copy(update={"optimizer": "adamw"}), 1e-4))}
+    adamw_cfg = cfg.model_copy(update={"optimizer": "adamw"})
+    built = {"AdamW": Timed(build_optimizer(model, adamw_cfg, 1e-4, for_this_host(cfg)))}
     for ns_steps in NS_STEPS:
         muon_cfg = cfg.model_copy(
             update={"optimizer": "muon", "muon": cfg.muon.model_copy(update={"ns_steps": ns_steps})}
@@ -68,7 +70,7 @@ def measure(params: Params, accum: int, rounds: int, warmup: int = 1) -> dict[st
     micro = params.train.batch_size // params.train.accum_steps
     tokens = torch.randint(0, config.vocab_size, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
     order = DataOrder(0, len(tokens), config.block_size, micro * accum, accum)
-    autocast = autocast_for(params.train.precision)
+    autocast = autocast_for(for_this_host(params.train))
     timed = variants(model, params)
     steps: dict[str, list[float]] = {name: [] for name in timed}
     optimizer_steps: dict[str, list[float]] = {name: [] for name in timed}

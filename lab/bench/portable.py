@@ -7,41 +7,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
-import time
-
-import torch
 
 from solomon.params import Params, load_params
 
 WARMUP = 2  # untimed steps first in each child
 
 
-def step_rate(params: Params, steps: int, vocab_size: int = 8192) -> dict:
+def step_rate(params: Params, steps: int, vocab_size: int = 8192, warmup: int = WARMUP) -> dict:
     """In this process (its mode already set): tokens/s of ``steps`` optimiser steps of ``params``' model and
-    optimiser after ``WARMUP`` untimed ones, through the training loop's own step."""
-    from solomon.model.gpt import GPT, GPTConfig
-    from solomon.runtime import configure_torch
-    from solomon.train.data_order import DataOrder
-    from solomon.train.optimizer import build_optimizer
-    from solomon.train.step import autocast_for, train_step
+    optimiser after ``warmup`` untimed ones, through the training loop's own step (the check stage's probe)."""
+    from solomon.train.precision import for_this_host
+    from solomon.train.probe import probe_step
 
-    cfg = params.train
-    configure_torch(cfg.threads, portable=cfg.portable)
-    tokens = torch.randint(0, vocab_size, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
-    order = DataOrder(0, len(tokens), params.model.block_size, cfg.batch_size, cfg.accum_steps)
-    torch.manual_seed(0)
-    model = GPT(GPTConfig.from_params(params.model, vocab_size))
-    optimizer = build_optimizer(model, cfg, 1e-4)
-    autocast = autocast_for(cfg.precision)
-    for step in range(WARMUP + steps):
-        if step == WARMUP:
-            started = time.perf_counter()
-        batches = [order.batch(tokens, step, m) for m in range(order.accum_steps)]
-        train_step(model, model, optimizer, batches, 1e-4, 0.0, 1.0, autocast)
-    seconds = time.perf_counter() - started
-    return {"tokens_per_s": round(steps * cfg.batch_size * params.model.block_size / seconds, 1),
+    probe = probe_step(params, for_this_host(params.train), vocab_size, warmup, steps, slow_step_s=math.inf)
+    seconds = sum(probe.seconds)
+    return {"tokens_per_s": round(steps * params.train.batch_size * params.model.block_size / seconds, 1),
             "s_per_step": round(seconds / steps, 3)}  # fmt: skip
 
 
@@ -51,19 +34,31 @@ def portable_params(params: Params) -> Params:
     return params.model_copy(update={"train": train})
 
 
+def alternate(modes: dict[str, tuple[dict[str, str], list[str]]], params_file: str, rounds: int) -> dict:
+    """Each mode's step rate, measured by this module's child process in the mode's (environment, extra arguments),
+    the modes one after another, ``rounds`` times (A B A B)."""
+    runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+    for _ in range(rounds):
+        for mode, (env, arguments) in modes.items():
+            command = [sys.executable, "-m", "lab.bench.portable", "--params", params_file, *arguments]
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+            runs[mode].append(json.loads(done.stdout))
+    return runs
+
+
 def portable_cost(params_file: str, steps: int = 4, rounds: int = 2) -> dict:
     """Both modes' step rates, alternating in child processes; the ratio of their means."""
     from lab.scratch import lab_env
     from solomon.portable import environment_for
 
-    runs: dict[str, list[dict]] = {"default": [], "portable": []}
-    for _ in range(rounds):
-        for mode in runs:
-            env = environment_for(mode == "portable", lab_env())
-            command = [sys.executable, "-m", "lab.bench.portable", "--params", params_file, "--steps", str(steps)]
-            done = subprocess.run(command + (["--portable"] if mode == "portable" else []), env=env,
-                                  capture_output=True, text=True, check=True)  # fmt: skip
-            runs[mode].append(json.loads(done.stdout))
+    runs = alternate(
+        {
+            mode: (environment_for(mode == "portable", lab_env()), ["--steps", str(steps), *flags])
+            for mode, flags in (("default", []), ("portable", ["--portable"]))
+        },
+        params_file,
+        rounds,
+    )
     mean = {mode: sum(r["tokens_per_s"] for r in found) / len(found) for mode, found in runs.items()}
     params = load_params(params_file)
     return {
@@ -90,10 +85,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="untimed steps first")
     parser.add_argument("--portable", action="store_true", help="this child runs the portable mode")
+    parser.add_argument("--precision", help="train.precision instead of the params file's")
     args = parser.parse_args()
     params = load_params(args.params)
-    print(json.dumps(step_rate(portable_params(params) if args.portable else params, args.steps)))
+    if args.precision:
+        params = params.model_copy(update={"train": params.train.model_copy(update={"precision": args.precision})})
+    print(json.dumps(step_rate(portable_params(params) if args.portable else params, args.steps, warmup=args.warmup)))
 
 
 if __name__ == "__main__":

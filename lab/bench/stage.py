@@ -16,7 +16,7 @@ from solomon.params import read_yaml
 from solomon.pipeline import dvc_executable, pipeline_env, stage_command
 from solomon.records import PARAMS_FILE, STEP_LOG, TRAIN_RUN, read_json, read_steps
 from solomon.train.hooks import pause_environment
-from solomon.train.step import computes_in_bf16
+from solomon.train.precision import resolve
 
 
 def _run(command: list[str], cwd: Path) -> float:
@@ -55,7 +55,8 @@ def stage_overheads(repo: Path, stage_steps: int, bf16_native: bool | None = Non
     steps compute in bf16 and bf16 matmuls do not run natively (``bf16_native``, None: this CPU's)."""
     base = read_yaml(repo / PARAMS_FILE)
     native = bf16_matmul_native() if bf16_native is None else bf16_native
-    if not native and computes_in_bf16(base["train"]["precision"], base["train"]["optimizer"]):
+    machine = {"bf16_matmul": "native" if native else "fallback"}
+    if not native and resolve(base["train"]["precision"], base["train"].get("portable", False), machine) == "bf16":
         return {"steps": stage_steps, "not_measured": NOT_NATIVE}
     with tempfile.TemporaryDirectory(prefix="solomon-bench-") as scratch:
         work = Path(scratch)

@@ -14,7 +14,8 @@ from solomon.params import Params
 from solomon.runtime import configure_torch
 from solomon.train.data_order import DataOrder
 from solomon.train.optimizer import build_optimizer
-from solomon.train.step import autocast_for, computes_in_bf16, train_step
+from solomon.train.precision import autocast_for
+from solomon.train.step import train_step
 
 # name: (train.precision, train.compile, train.optimizer). Muon's Newton-Schulz matmuls are optimiser work, not
 # model FLOPs: its variant's MFU counts the model's FLOPs only, so the time they take shows as a lower MFU.
@@ -22,6 +23,7 @@ VARIANTS = {
     "eager fp32": ("fp32", False, "adamw"),
     "eager bf16": ("bf16", False, "adamw"),
     "eager bf16 muon": ("bf16", False, "muon"),
+    "eager fp32 muon": ("fp32", False, "muon"),
     "compiled fp32": ("fp32", True, "adamw"),
     "compiled bf16": ("bf16", True, "adamw"),
 }
@@ -80,13 +82,15 @@ def training_throughput(
     for name, (precision, compiled, optimizer_name) in VARIANTS.items():
         if compiled and not compile_variant:
             continue
-        if not native and computes_in_bf16(precision, optimizer_name):
+        if not native and precision == "bf16":
             results[name] = {"not_measured": NOT_NATIVE, "optimizer": optimizer_name}
             continue
         torch.manual_seed(0)
         model = GPT(config)
         step_model = torch.compile(model) if compiled else model
-        optimizer = build_optimizer(model, params.train.model_copy(update={"optimizer": optimizer_name}), 1e-4)
+        optimizer = build_optimizer(
+            model, params.train.model_copy(update={"optimizer": optimizer_name}), 1e-4, precision
+        )
 
         autocast = autocast_for(precision)
 

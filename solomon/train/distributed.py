@@ -122,9 +122,10 @@ class ProcessGroup:
             'must mount one shared volume there (docs/kubernetes.md, "Several machines")'
         )
 
-    def require_same(self, what: str, value: int) -> None:
+    def require_same(self, what: str, value: int, remedy: str = "") -> None:
         """Stop every rank, with one line from rank 0 naming each rank's value, unless all ranks hold the same
-        ``value`` (e.g. the step they resume from: ranks reading different checkpoints would diverge or hang)."""
+        ``value`` (e.g. the step they resume from: ranks reading different checkpoints would diverge or hang);
+        ``remedy`` says what to do (default: about the checkpoints directory)."""
         if not self.distributed:
             return
         found = self.gather(value)
@@ -133,10 +134,11 @@ class ProcessGroup:
         if not self.is_main:
             raise SystemExit(2)  # rank 0 says why
         ranks = ", ".join(f"rank {rank}: {v}" for rank, v in enumerate(found))
-        raise SolomonError(
-            f"the ranks disagree on the {what} ({ranks}): every rank must read the same checkpoints directory "
-            "(one shared volume); delete the stale copy or start over with `--fresh`"
+        remedy = remedy or (
+            "every rank must read the same checkpoints directory (one shared volume); delete the stale copy or start "
+            "over with `--fresh`"
         )
+        raise SolomonError(f"the ranks disagree on the {what} ({ranks}): {remedy}")
 
     def mean(self, value: float) -> float:
         """The mean of ``value`` over the ranks (fp64, so the step loss is not rounded on the way)."""

@@ -25,7 +25,17 @@ NOT_CODE = ("solomon.params",)
 TRAINING_PARAMS = ("model", "train", "lr", "eval.batch_size")  # eval.batch_size: the periodic evaluations' batches
 # ... except those that may change between an interruption and its resume without changing the steps taken
 # (train.max_steps only without a cooldown: the cooldown's steps are counted back from it, see ``resumable``).
-RESUMABLE_PARAMS = frozenset({"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints"})
+# train.precision is fingerprinted as what it resolved to (``environment.precision``), not as the word: an ``auto``
+# run finishes under the explicit precision auto chose, and refuses a host where auto chooses otherwise.
+RESUMABLE_PARAMS = frozenset(
+    {"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints", "train.precision"}
+)
+
+# How to make a key that differs hold again, where "restore it" would not say how.
+REMEDIES = {
+    "environment.precision": "train.precision: auto resolves otherwise on this CPU; set train.precision to the "
+    "checkpoint's value to finish the run in its own precision here",
+}
 
 
 def resumable(params: Params) -> frozenset[str]:
@@ -34,7 +44,9 @@ def resumable(params: Params) -> frozenset[str]:
     return RESUMABLE_PARAMS - {"train.max_steps"} if params.lr.cooldown > 0 else RESUMABLE_PARAMS
 
 
-def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -> dict:
+def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None, precision: str) -> dict:
+    """The named values a checkpoint belongs to; ``precision``: ``train.precision`` as this host resolved it (an
+    ``auto`` run resumed on a CPU that resolves it otherwise would compute the rest in another precision)."""
     every = flatten(params.model_dump(mode="json"), "params")
     values = {
         key: value
@@ -49,7 +61,8 @@ def fingerprint(params: Params, tokens_dir: Path, tokenizer_path: Path | None) -
     code = closure(LOOP, exclude=NOT_CODE)
     for name, path in zip(relative_names(code), code, strict=True):
         values[f"code.{name}"] = sha256_file(path)
-    # Threads, precision and compile are params (train.*) and so already above.
+    # Threads and compile are params (train.*) and so already above.
+    values["environment.precision"] = precision
     values["environment.torch"] = str(torch.__version__)
     values["environment.numpy"] = np.__version__  # the data order draws from numpy's generator
     values["environment.deterministic"] = torch.are_deterministic_algorithms_enabled()

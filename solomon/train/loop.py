@@ -37,12 +37,13 @@ from solomon.train.distributed import ProcessGroup
 from solomon.train.early_stopping import EarlyStopping
 from solomon.train.fingerprint import MachineHistory, fingerprint
 from solomon.train.optimizer import build_optimizer
+from solomon.train.precision import Precision, autocast_for, resolve
 from solomon.train.recorder import Recorder
 from solomon.train.resume import resume_point
 from solomon.train.run_log import RunLog
 from solomon.train.schedule import LrSchedule
 from solomon.train.signals import StopSignals
-from solomon.train.step import autocast_for, train_step
+from solomon.train.step import train_step
 
 
 def build_model(params: Params, vocab_size: int) -> GPT:
@@ -58,8 +59,10 @@ def build_components(
     vocab_size: int,
     world_size: int,
     machine: dict,
+    precision: Precision,
 ) -> Components:
-    """A fresh run's components, each seeded from its own stream; a resume then loads their checkpointed state."""
+    """A fresh run's components, each seeded from its own stream; a resume then loads their checkpointed state.
+    ``precision``: the run's, resolved (``solomon.train.precision``)."""
     cfg = params.train
     model = build_model(params, vocab_size)
     schedule = LrSchedule(params.lr, cfg.max_steps)
@@ -68,7 +71,7 @@ def build_components(
     )
     components = Components(
         model=model,
-        optimizer=build_optimizer(model, cfg, schedule.lr(0)),
+        optimizer=build_optimizer(model, cfg, schedule.lr(0), precision),
         schedule=schedule,
         data_order=data_order,
         early_stopping=EarlyStopping(cfg.early_stopping),
@@ -116,13 +119,20 @@ def train(
     recorder = (recorder or Recorder()).for_rank(group.rank)
     configure_torch(cfg.threads, compiled=cfg.compile, portable=cfg.portable)
     tokens, meta = open_tokens(paths.tokens_dir, "train"), read_meta(paths.tokens_dir)
-    parts = build_components(params, paths, len(tokens), meta["vocab_size"], group.world_size, recorder.machine)
+    precision = resolve(cfg.precision, cfg.portable, recorder.machine)
+    group.require_same(
+        "precision (1: bf16, 0: fp32)", int(precision == "bf16"),
+        "train.precision: auto resolved differently on these nodes' CPUs; set train.precision: fp32 (or bf16) for all",
+    )  # fmt: skip
+    parts = build_components(
+        params, paths, len(tokens), meta["vocab_size"], group.world_size, recorder.machine, precision
+    )
     # DDP averages gradients over the ranks, in buckets during the last backward of a step.
     step_model = torch.nn.parallel.DistributedDataParallel(parts.model) if group.distributed else parts.model
     step_model = torch.compile(step_model) if cfg.compile else step_model
-    autocast = autocast_for(cfg.precision)
+    autocast = autocast_for(precision)
 
-    current = fingerprint(params, paths.tokens_dir, paths.tokenizer)
+    current = fingerprint(params, paths.tokens_dir, paths.tokenizer, precision)
     checkpointer = Checkpointer(paths.checkpoints, cfg.keep_checkpoints)
     loaded = resume_point(checkpointer, current, cfg.max_steps, fresh, group)
     if loaded is not None:

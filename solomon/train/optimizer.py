@@ -4,9 +4,10 @@ matrices with AdamW on the rest (the token embedding the head shares, position e
 Either way it is one object with ``param_groups``, ``zero_grad``, ``step``, ``state_dict`` and ``load_state_dict``,
 so the step (which sets every group's learning rate from the schedule), the schedule and the checkpointer do not
 know which. Muon scales its updates with ``adjust_lr_fn="match_rms_adamw"`` (RMS 0.2, Moonshot's rule) so that the
-learning rate and weight decay tuned for AdamW apply to both parts unchanged. The Muon is torch.optim.Muon:
-solomon/train/muon.py's BatchedMuon (the same update and state, one Newton-Schulz product per matrix shape) was
-slower per optimiser step at the default shape (docs/training.md; lab/bench/muon.py times both).
+learning rate and weight decay tuned for AdamW apply to both parts unchanged. In a bf16 run the Muon is
+torch.optim.Muon: solomon/train/muon.py's BatchedMuon (the same update and state, one Newton-Schulz product per matrix
+shape) was slower per optimiser step at the default shape (docs/training.md; lab/bench/muon.py times both). In an
+fp32 run it is BatchedMuon in fp32: torch's always orthogonalises in bf16.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from solomon.model.gpt import GPT
 from solomon.params import TrainParams
 from solomon.train.muon import BatchedMuon
+from solomon.train.precision import Precision, newton_schulz_dtype
 
 
 class Optimizer(Protocol):
@@ -98,11 +100,12 @@ class MuonWithAdamW:
         self.adamw.load_state_dict(state_dict["adamw"])
 
 
-def build_optimizer(model: GPT, cfg: TrainParams, lr: float) -> Optimizer:
-    """The optimiser of ``cfg.optimizer`` for ``model``, every group at learning rate ``lr``. A portable run's Muon
-    orthogonalises in fp32: bf16 matmuls have no AVX2 kernel at speed (docs/portable.md)."""
-    if cfg.optimizer == "muon" and cfg.portable:
-        return MuonWithAdamW(model, cfg, lr, functools.partial(BatchedMuon, ns_dtype=torch.float32))
+def build_optimizer(model: GPT, cfg: TrainParams, lr: float, precision: Precision) -> Optimizer:
+    """The optimiser of ``cfg.optimizer`` for ``model``, every group at learning rate ``lr``. Muon orthogonalises in
+    the run's resolved ``precision`` (``solomon.train.precision``): torch's Muon in bf16, BatchedMuon in fp32 (torch's
+    casts to bf16 whatever the run's precision, and a CPU without native bf16 matmuls runs that many times slower)."""
+    if cfg.optimizer == "muon" and precision == "fp32":
+        return MuonWithAdamW(model, cfg, lr, functools.partial(BatchedMuon, ns_dtype=newton_schulz_dtype(precision)))
     if cfg.optimizer == "muon":
         return MuonWithAdamW(model, cfg, lr)
     return adamw(model.parameters(), cfg, lr)

@@ -30,7 +30,7 @@ from solomon.train.checkpoint import Checkpointer
 from solomon.train.components import Components, TrainPaths
 from solomon.train.hooks import NO_HOOKS, Hooks
 from solomon.train.periodic_eval import PeriodicEvaluation
-from solomon.train.step import bf16_fallback_warning
+from solomon.train.precision import bf16_fallback_warning, why
 from solomon.train.tracker import NoTracking, Tracker
 
 BEST_DIR = "best"  # inside the checkpoints directory: the best evaluated model so far
@@ -88,14 +88,17 @@ class Recorder:
         a previous run's results, (re)write the logs from the rows held, and start tracking."""
         cfg, restarts = params.train, parts.machines.starts[-1]["torchrun_restarts"]
         self.params, self.paths, self.parts, self.checkpointer = params, paths, parts, checkpointer
+        self.precision = fingerprint["environment.precision"]  # train.precision as this host resolved it
         self.start_step = start
         tokenizer = load_tokenizer(paths.tokenizer)
         self.evaluation = PeriodicEvaluation(params, open_tokens(paths.tokens_dir, "val"), tokenizer,
                                              token_byte_lengths(tokenizer), read_meta(paths.tokens_dir)["eod_id"],
                                              parts.early_stopping)  # fmt: skip
         notes = (
+            f"train: computing in {self.precision} (train.precision: {cfg.precision}; "
+            f"{why(cfg.precision, cfg.portable, self.machine)})",
             None if cfg.portable else parts.machines.other_kind(start),  # a portable run is the same bytes anywhere
-            bf16_fallback_warning(cfg.precision, cfg.optimizer, self.machine, self.gemm_peak, cfg.portable),
+            bf16_fallback_warning(self.precision, self.machine, self.gemm_peak),
             f"train: restarted by torchrun from step {start} (restarts by rank: {restarts})" if any(restarts) else None,
         )
         for note in filter(None, notes):
@@ -108,7 +111,7 @@ class Recorder:
         parts.log.open()
         self.hooks.crash_point("logs-open", len(parts.log.steps))
         self.run_id = checkpointer.run_id()
-        self.metadata = {"fingerprint": fingerprint, "environment": _environment(cfg.precision, cfg.compile)}
+        self.metadata = {"fingerprint": fingerprint, "environment": _environment(self.precision, cfg.compile)}
         self.timers = Timers("eval_and_samples", "checkpoints", "tracking")
         last = start if parts.early_stopping.should_stop else cfg.max_steps
         self.progress = tqdm(total=last, initial=start, desc="train", unit="step", mininterval=2.0)
@@ -197,7 +200,7 @@ class Recorder:
             # Where this process's wall time went (the rest is the optimiser steps and the step log).
             "seconds": {name: round(value, 3) for name, value in self.timers.seconds.items()},
             "tokens_per_s": round(tokens_here / elapsed, 1) if steps_here else None,
-            "precision": cfg.precision,
+            "precision": self.precision,  # as resolved here; params.yaml's setting is in the hyperparameters
             "compile": cfg.compile,
             "threads": cfg.threads,
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),

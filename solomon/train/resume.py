@@ -16,7 +16,7 @@ import sys
 from solomon.errors import SolomonError
 from solomon.train.checkpoint import Checkpointer, Loaded
 from solomon.train.distributed import ProcessGroup
-from solomon.train.fingerprint import first_difference
+from solomon.train.fingerprint import REMEDIES, first_difference
 
 
 def resume_point(
@@ -52,7 +52,7 @@ def resume_point(
         key, old, new = difference
         raise SolomonError(
             f"resume refused: {key} differs from the checkpoint at step {loaded.step} ({old!r} → {new!r}); "
-            "restore it, or start over with `python stages/train.py --fresh …` (or delete "
+            f"{REMEDIES.get(key, 'restore it')}, or start over with `python stages/train.py --fresh …` (or delete "
             f"{checkpointer.directory})"
         )
     if loaded.step > max_steps:

@@ -16,46 +16,6 @@ from solomon.model.gpt import GPT
 from solomon.train.optimizer import Optimizer
 
 
-def autocast_for(precision: str) -> Callable[[], contextlib.AbstractContextManager]:
-    """The autocast context of a ``train.precision``: bf16 autocast on CPU, or none for fp32."""
-    if precision == "bf16":
-        return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
-    return contextlib.nullcontext
-
-
-def computes_in_bf16(precision: str, optimizer: str, portable: bool = False) -> bool:
-    """Whether a step runs bf16 matmuls: under bf16 autocast, or with Muon, whose Newton-Schulz iterations run in
-    bf16 whatever the run's precision (as torch's Muon), except in a portable run (fp32 there)."""
-    return precision == "bf16" or (optimizer == "muon" and not portable)
-
-
-def bf16_fallback_warning(
-    precision: str, optimizer: str, machine: dict, gemm_peak: dict[str, float] | None, portable: bool = False
-) -> str | None:
-    """The line the train stage prints when this run computes in bf16 on a CPU without native bf16 matmuls
-    (``machine["bf16_matmul"]``): bf16 autocast, or Muon, whose Newton-Schulz iterations run in bf16 whatever the
-    run's precision. Such a run is correct, but its matmuls take the scalar path (docs/training.md). None when
-    nothing in the step computes in bf16 or the CPU has the kernels."""
-    uses = [
-        name
-        for name, used in (
-            ("train.precision: bf16", precision == "bf16"),
-            ("train.optimizer: muon", optimizer == "muon" and not portable),
-        )
-        if used
-    ]
-    if not uses or machine.get("bf16_matmul", "native") == "native":
-        return None
-    measured = ""
-    if gemm_peak:
-        measured = f" (bf16 GEMM {gemm_peak['bf16']:g} GFLOP/s against {gemm_peak['fp32']:g} in fp32 here)"
-    return (
-        f"train: this CPU has no native bf16 matmuls{measured} and {' and '.join(uses)} compute in bf16: "
-        "steps run many times slower than on a CPU with AVX-512 or AMX; "
-        "-S train.precision=fp32 -S train.optimizer=adamw trains in fp32 (other bytes; docs/training.md)"
-    )
-
-
 def accumulate_gradients(
     model: torch.nn.Module,
     micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
