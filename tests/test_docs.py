@@ -241,3 +241,16 @@ def test_a_page_not_yet_written_is_started_as_a_title_and_its_block(tmp_path: Pa
     page.write_text(page.read_text().replace(f"{START}\n", f"Prose.\n\n{START}\n"))
     replace_block(page, START, END, ["| run | again |"])
     assert page.read_text() == f"# Weight tying\n\nProse.\n\n{START}\n| run | again |\n{END}\n"
+
+
+def test_a_precision_compares_as_what_it_computed_in_on_the_runs_host() -> None:
+    """A page made with train.precision: bf16 on a host with native bf16 matmuls is today's auto there, not stale;
+    on an AVX2-only host auto computes in fp32, so the same record is another recipe than auto."""
+    from lab.experiments.results import computed_precision
+
+    native = {"machine_kinds": [{"kind": "x86_64 AuthenticAMD family 25 model 17, avx512_bf16 (no AMX), torch AVX512"}]}
+    avx2 = {"machine_kinds": [{"kind": "x86_64 AuthenticAMD family 25 model 1, avx2 (no AMX), torch AVX2"}]}
+    assert computed_precision("auto", False, native) == "bf16" == computed_precision("bf16", False, avx2)
+    assert computed_precision("auto", False, avx2) == "fp32"
+    assert computed_precision("auto", False, None) == "fp32"  # a host not recorded is not assumed to be native
+    assert computed_precision("auto", True, native) == "fp32"

@@ -16,7 +16,10 @@ from lab.scratch import merge
 from solomon.errors import SolomonError
 from solomon.params import Params, flatten, read_yaml, with_before_values, with_family_defaults
 from solomon.records import PARAMS_FILE, RECORD_FILES, RunFiles, read_evals, read_json, read_reliability, read_steps
+from solomon.train.precision import resolve
 
+# The best ISAs of a machine kind (``solomon.machine.kind``) whose CPUs run bf16 matmuls natively for certain.
+NATIVE_BF16_ISAS = ("amx_bf16", "avx512_bf16")
 THEN_LOG = "then.log"
 MEASURED = "measured.json"  # a run's command, wall seconds, peak RSS (and model SHA256)
 EXP_SHOW_TABLE, EXP_SHOW_COMMAND = "exp_show.md", "exp_show.command"  # the table, and the command that printed it
@@ -60,6 +63,17 @@ def _resolved(params: dict) -> dict:
     return params | {"model": with_family_defaults(params.get("model") or {})}
 
 
+def computed_precision(setting: str, portable: bool, train_run: dict | None) -> str:
+    """What a ``train.precision`` of ``setting`` computes in on the host of the run ``train_run`` records: ``auto``
+    as that host resolves it (native bf16 matmuls where every kind that trained it names a bf16 ISA), so a run
+    recorded as bf16 on such a host is the same recipe as today's ``auto``."""
+    if setting != "auto":
+        return setting
+    kinds = [span["kind"] for span in (train_run or {}).get("machine_kinds") or []]
+    native = bool(kinds) and all(any(isa in kind for isa in NATIVE_BF16_ISAS) for kind in kinds)
+    return resolve(setting, portable, {"bf16_matmul": "native" if native else "fallback"})
+
+
 def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]:
     """One line per run of the page whose recorded params.yaml is not what its command gives on ``params`` (the
     current params.yaml, nested) — its numbers are from another recipe — naming the first differing keys. A key
@@ -74,6 +88,13 @@ def stale_runs(spec: dict, page: str, docs_dir: Path, params: dict) -> list[str]
             continue
         recorded = flatten(_resolved(with_before_values(read_yaml(recorded_path))), "")
         expected = flatten(_resolved(merge(params, nest(settings))), "")
+        train_run_path = recorded_path.with_name(RunFiles.TRAIN_RUN)
+        train_run = read_json(train_run_path) if train_run_path.is_file() else None
+        for flat in (recorded, expected):  # a precision compares as what it computed in on the run's host
+            if "train.precision" in flat:
+                flat["train.precision"] = computed_precision(
+                    flat["train.precision"], bool(flat.get("train.portable")), train_run
+                )
         differing = [
             f"{key} ran {recorded.get(key, '(unset)')!r}, now {expected.get(key, '(unset)')!r}"
             for key in sorted(recorded.keys() | expected.keys())
