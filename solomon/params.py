@@ -208,6 +208,12 @@ class ModelParams(_Section):
     activation: Literal["gelu", "relu2", "swiglu"] | None = Param(
         None, "the MLP: exact GELU, ReLU squared, or SwiGLU (null: the family's, gelu for gpt2, swiglu for llama)"
     )
+    logit_softcap: float | None = Param(
+        None,
+        "c of a soft cap on the output logits, c·tanh(logits / c), as Gemma 2's final one (null: none); no Hugging "
+        "Face or GGUF layout of ours carries it (docs/architecture.md)",
+        gt=0.0,
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ModelParams:

@@ -25,6 +25,7 @@ torch.set_num_threads(1)
 EVERY_OPTION = {"position": "rotary", "qk_norm": True, "activation": "relu2"}
 LLAMA = {"family": "llama", "position": "rotary", "activation": "swiglu"}  # a resolved llama config
 QWEN3 = LLAMA | {"qk_norm": True}
+CAPPED = QWEN3 | {"logit_softcap": 2.0}  # a cap low enough to bite at these random weights' logits
 SIZES = {"vocab_size": 61, "block_size": 24, "n_layer": 2, "n_head": 2, "n_embd": 32}
 
 
@@ -76,7 +77,9 @@ def test_a_gpt2_config_keeps_its_bytes_and_each_option_is_written_only_when_on()
     assert all(not torch.allclose(each, plain_logits) for each in logits.values())
 
 
-@pytest.mark.parametrize("options", [{}, *({k: v} for k, v in EVERY_OPTION.items()), EVERY_OPTION, LLAMA, QWEN3])
+@pytest.mark.parametrize(
+    "options", [{}, *({k: v} for k, v in EVERY_OPTION.items()), EVERY_OPTION, LLAMA, QWEN3, CAPPED]
+)
 def test_cached_prefill_and_decode_give_the_plain_forwards_logits_within_1e_5(options: dict) -> None:
     model = model_with(**options)
     ids = torch.randint(0, SIZES["vocab_size"], (1, 20), generator=torch.Generator().manual_seed(2))
@@ -152,10 +155,48 @@ def test_the_gpt2_layout_exports_refuse_a_model_with_options_in_one_line() -> No
     assert len(slots(GPTConfig(**SIZES))) == 2 + 12 * 2 + 2
 
 
+def test_a_logit_softcap_bounds_the_logits_and_its_fused_loss_and_gradients_are_autograds() -> None:
+    """c·tanh(z / c) keeps every logit inside ±c; the fused loss (its gradient through the cap computed in the forward
+    pass) equals autograd's through the plain path, label smoothing on."""
+    import torch.nn.functional as F
+
+    from solomon.model.linear_cross_entropy import linear_cross_entropy
+
+    model = model_with(**CAPPED)
+    ids = torch.randint(0, SIZES["vocab_size"], (2, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        logits = model(ids)
+    assert logits.abs().max() < 2.0 and logits.dtype == torch.float32
+    hidden = torch.randn(40, 16, generator=torch.Generator().manual_seed(4), requires_grad=True)
+    weight = torch.randn(29, 16, generator=torch.Generator().manual_seed(5), requires_grad=True)
+    targets = torch.randint(0, 29, (40,), generator=torch.Generator().manual_seed(6))
+    fused = linear_cross_entropy(hidden, weight, targets, 0.1, softcap=3.0)
+    fused_grads = torch.autograd.grad(fused, (hidden, weight))
+    capped = 3.0 * torch.tanh(hidden @ weight.t() / 3.0)
+    plain = F.cross_entropy(capped, targets, label_smoothing=0.1, reduction="sum")
+    plain_grads = torch.autograd.grad(plain, (hidden, weight))
+    assert torch.allclose(fused, plain, rtol=1e-6, atol=1e-5)
+    for got, expected in zip(fused_grads, plain_grads, strict=True):
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_no_hugging_face_or_gguf_layout_carries_a_logit_softcap_and_the_export_says_so_in_one_line() -> None:
+    for options in (CAPPED, {"logit_softcap": 30.0}):
+        with pytest.raises(SolomonError) as caught:
+            slots(GPTConfig(**SIZES, **options))
+        message = str(caught.value)
+        assert "\n" not in message and message.startswith("the run's model caps its logits (model.logit_softcap: ")
+        assert "export --format mlflow" in message
+
+
 GPT2_WITH_OPTIONS = {"family": "gpt2", **EVERY_OPTION}  # model.* params: GPT-2's family with every option on
 
 
-@pytest.mark.parametrize("model", [GPT2_WITH_OPTIONS, {"family": "llama"}], ids=["gpt2-options", "qwen3"])
+@pytest.mark.parametrize(
+    "model",
+    [GPT2_WITH_OPTIONS, {"family": "llama"}, {"family": "llama", "logit_softcap": 15.0}],
+    ids=["gpt2-options", "qwen3", "qwen3-softcap"],
+)
 def test_a_run_with_options_or_of_the_llama_family_killed_between_checkpoints_resumes_to_the_same_bytes(
     built_repo: Path, tmp_path: Path, model: dict
 ) -> None:
@@ -165,6 +206,7 @@ def test_a_run_with_options_or_of_the_llama_family_killed_between_checkpoints_re
     config = json.loads((reference / "models" / weights.CONFIG_FILE).read_text())
     built = GPTConfig(**config)  # config.json leaves out what is GPT-2's (family gpt2)
     assert {name: getattr(built, name) for name in model} == model and built.qk_norm
+    assert ("logit_softcap" in config) is ("logit_softcap" in model)  # written only when on
 
     cwd = workdir(built_repo, tmp_path / "killed", options)
     killed = run_train(built_repo, cwd, crash_at="after-step:25")  # 5 steps past the checkpoint of step 20

@@ -52,6 +52,12 @@ def _with_bias(config: GPTConfig, hf: str, gguf: str, source: str, conv1d: bool 
 def slots(config: GPTConfig, gguf_llama: bool = False) -> list[Slot]:
     """Every tensor of the exported model, in its layout's order; refuses a model no layout represents.
     ``gguf_llama``: the GGUF file is of llama.cpp's ``llama`` architecture (interleaved rotary pairs)."""
+    if config.logit_softcap is not None:
+        raise SolomonError(
+            f"the run's model caps its logits (model.logit_softcap: {config.logit_softcap:g}), which no Hugging Face "
+            "or GGUF layout Solomon writes (GPT-2, Llama, Qwen3) carries: serve it with `solomon serve` or export "
+            "--format mlflow"
+        )
     if config.llama:
         return _llama_slots(config, gguf_llama)
     if config.options:

@@ -21,8 +21,8 @@ from solomon.model.linear_cross_entropy import linear_cross_entropy
 from solomon.params import ModelParams, with_family_defaults
 
 # The architecture options and their values are ModelParams' (one declaration); off is GPT-2's value.
-OPTIONS = ("position", "qk_norm", "activation", "family")
-OFF = {"position": "learned", "qk_norm": False, "activation": "gelu", "family": "gpt2"}
+OPTIONS = ("position", "qk_norm", "activation", "family", "logit_softcap")
+OFF = {"position": "learned", "qk_norm": False, "activation": "gelu", "family": "gpt2", "logit_softcap": None}
 
 
 def _values(annotation: object) -> tuple[str, ...]:
@@ -51,6 +51,7 @@ class GPTConfig:
     qk_norm: bool = OFF["qk_norm"]
     activation: str = OFF["activation"]
     family: str = OFF["family"]
+    logit_softcap: float | None = OFF["logit_softcap"]
 
     def __post_init__(self) -> None:
         for name, allowed in CHOICES.items():
@@ -84,6 +85,11 @@ class GPTConfig:
         it had before the options existed."""
         on = self.options
         return {name: value for name, value in asdict(self).items() if name not in OFF or name in on}
+
+
+def softcap(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """``cap · tanh(logits / cap)`` computed in fp32 (the fused loss computes it so too), returned as fp32."""
+    return torch.tanh(logits.float() / cap) * cap
 
 
 class Rotary(nn.Module):
@@ -260,6 +266,14 @@ class GPT(nn.Module):
         """What the blocks rotate queries and keys by at ``positions`` (None: learned positions, no rotation)."""
         return None if self.rotary is None else self.rotary(positions)
 
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The output logits of final hidden states ``x`` (after ``ln_f``): the tied projection, soft-capped where
+        the config says (every path to logits — training's loss, scoring, the KV cache — goes through here or
+        computes the same)."""
+        logits = self.lm_head(x)
+        cap = self.config.logit_softcap
+        return logits if cap is None else softcap(logits, cap)
+
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None, label_smoothing: float = 0.0
     ) -> torch.Tensor:
@@ -275,6 +289,8 @@ class GPT(nn.Module):
             x = block(x, rotation)
         x = self.ln_f(x)
         if targets is None:
-            return self.lm_head(x)
+            return self.logits(x)
         hidden = x.reshape(-1, x.size(-1))
-        return linear_cross_entropy(hidden, self.lm_head.weight, targets.reshape(-1), label_smoothing)
+        return linear_cross_entropy(
+            hidden, self.lm_head.weight, targets.reshape(-1), label_smoothing, self.config.logit_softcap
+        )

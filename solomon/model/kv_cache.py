@@ -67,7 +67,7 @@ def prefill(model: GPT, cache: KVCache, slot: int, ids: list[int]) -> tuple[torc
         cache.v[layer][slot, :, :time] = v[0]
         x = _finish(block, x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
     x = model.ln_f(x)
-    return model.lm_head(x[:, -1:])[0, -1], x[0]
+    return model.logits(x[:, -1:])[0, -1], x[0]
 
 
 @torch.no_grad()
@@ -91,4 +91,4 @@ def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, po
         for i, slot, p in live:
             y[i] = attend(rows_q[i], keys[slot : slot + 1, :, : p + 1], values[slot : slot + 1, :, : p + 1])
         x = _finish(block, x, torch.cat(y))
-    return model.lm_head(model.ln_f(x))[:, 0]
+    return model.logits(model.ln_f(x))[:, 0]

@@ -128,7 +128,7 @@ class Engine:
             if len(sequence.ids[-block:]) > self.cache.slots:  # a long prompt: prefilled alone, on its own shapes
                 logits, hidden = prefill(self.model, self.cache, slot, sequence.ids[-block:])
                 if sequence.on_prompt is not None:
-                    sequence.on_prompt(self.model.lm_head(hidden))
+                    sequence.on_prompt(self.model.logits(hidden))
                 self._take(slot, sequence, logits)
         if short:
             self._prefill_together(short)

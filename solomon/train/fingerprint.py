@@ -27,9 +27,7 @@ TRAINING_PARAMS = ("model", "train", "lr", "eval.batch_size")  # eval.batch_size
 # (train.max_steps only without a cooldown: the cooldown's steps are counted back from it, see ``resumable``).
 # train.precision is fingerprinted as what it resolved to (``environment.precision``), not as the word: an ``auto``
 # run finishes under the explicit precision auto chose, and refuses a host where auto chooses otherwise.
-RESUMABLE_PARAMS = frozenset(
-    {"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints", "train.precision"}
-)
+RESUMABLE_PARAMS = frozenset({"train.max_steps", "train.ckpt_interval", "train.keep_checkpoints", "train.precision"})
 
 # How to make a key that differs hold again, where "restore it" would not say how.
 REMEDIES = {
