@@ -208,6 +208,12 @@ class ModelParams(_Section):
     activation: Literal["gelu", "relu2", "swiglu"] | None = Param(
         None, "the MLP: exact GELU, ReLU squared, or SwiGLU (null: the family's, gelu for gpt2, swiglu for llama)"
     )
+    value_embeddings: int = Param(
+        0,
+        "blocks, from the first, whose attention values get a learned embedding of the token added (modded-nanogpt's "
+        "value embeddings; 0: none); no Hugging Face or GGUF layout of ours carries them (docs/architecture.md)",
+        ge=0,
+    )
     logit_softcap: float | None = Param(
         None,
         "c of a soft cap on the output logits, c·tanh(logits / c), as Gemma 2's final one (null: none); no Hugging "
@@ -221,6 +227,15 @@ class ModelParams(_Section):
             heads = ", ".join(str(n) for n in range(1, 17) if self.n_embd % n == 0)
             raise ParamError(
                 "n_head", f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head}): n_head {heads} fit"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _value_embeddings_fit(self) -> ModelParams:
+        if self.value_embeddings > self.n_layer:
+            raise ParamError(
+                "value_embeddings",
+                f"value_embeddings ({self.value_embeddings}) counts blocks: at most model.n_layer ({self.n_layer})",
             )
         return self
 

@@ -52,9 +52,10 @@ def test_rendering_keeps_a_users_values_and_refreshes_only_comments(tmp_path: Pa
 
 def test_gpt_config_comes_from_the_model_params() -> None:
     options = ["position", "qk_norm", "activation"]  # the architecture options, written only when on
-    assert [field.name for field in dataclasses.fields(GPTConfig)] == [*CONFIG_KEYS, *options, "family"]
+    either = ["value_embeddings", "logit_softcap"]  # options of either family, also written only when on
+    assert [field.name for field in dataclasses.fields(GPTConfig)] == [*CONFIG_KEYS, *options, "family", *either]
     sizes = ["n_layer", "n_head", "n_embd", "block_size", "dropout", "bias"]
-    assert list(ModelParams.model_fields) == ["family", *sizes, *options]
+    assert list(ModelParams.model_fields) == ["family", *sizes, *options, *either]
     default = load_params(ROOT / "params.yaml").model
     resolved = GPTConfig.from_params(default, vocab_size=8192)
     assert GPTConfig(**resolved.to_dict()) == resolved  # config.json gives back the default's model
@@ -63,7 +64,7 @@ def test_gpt_config_comes_from_the_model_params() -> None:
     model = default.model_copy(update={"family": "gpt2", "qk_norm": False, "position": None, "activation": None})
     config = GPTConfig.from_params(model, vocab_size=8192).to_dict()
     assert list(config) == CONFIG_KEYS
-    assert config == {"vocab_size": 8192, **model.model_dump(exclude={*options, "family"})}
+    assert config == {"vocab_size": 8192, **model.model_dump(exclude={*options, *either, "family"})}
     rotary = GPTConfig.from_params(model.model_copy(update={"position": "rotary"}), vocab_size=8192).to_dict()
     assert list(rotary) == [*CONFIG_KEYS, "position"] and rotary["position"] == "rotary"
 

@@ -26,12 +26,16 @@ EVERY_OPTION = {"position": "rotary", "qk_norm": True, "activation": "relu2"}
 LLAMA = {"family": "llama", "position": "rotary", "activation": "swiglu"}  # a resolved llama config
 QWEN3 = LLAMA | {"qk_norm": True}
 CAPPED = QWEN3 | {"logit_softcap": 2.0}  # a cap low enough to bite at these random weights' logits
+VALUE_EMBEDDED = QWEN3 | {"value_embeddings": 2}
 SIZES = {"vocab_size": 61, "block_size": 24, "n_layer": 2, "n_head": 2, "n_embd": 32}
 
 
 def model_with(seed: int = 0, **options) -> GPT:
     torch.manual_seed(seed)
-    return GPT(GPTConfig(**SIZES, **options)).eval()
+    model = GPT(GPTConfig(**SIZES, **options)).eval()
+    for table in model.value_embeds:  # zero at initialisation: made to matter here
+        torch.nn.init.normal_(table.weight)
+    return model
 
 
 def test_rotary_attention_scores_depend_only_on_the_offset_between_positions() -> None:
@@ -77,9 +81,10 @@ def test_a_gpt2_config_keeps_its_bytes_and_each_option_is_written_only_when_on()
     assert all(not torch.allclose(each, plain_logits) for each in logits.values())
 
 
-@pytest.mark.parametrize(
-    "options", [{}, *({k: v} for k, v in EVERY_OPTION.items()), EVERY_OPTION, LLAMA, QWEN3, CAPPED]
-)
+CACHED = [{}, *({k: v} for k, v in EVERY_OPTION.items()), EVERY_OPTION, LLAMA, QWEN3, CAPPED, VALUE_EMBEDDED]
+
+
+@pytest.mark.parametrize("options", [*CACHED, {"value_embeddings": 1}])
 def test_cached_prefill_and_decode_give_the_plain_forwards_logits_within_1e_5(options: dict) -> None:
     model = model_with(**options)
     ids = torch.randint(0, SIZES["vocab_size"], (1, 20), generator=torch.Generator().manual_seed(2))
@@ -180,13 +185,45 @@ def test_a_logit_softcap_bounds_the_logits_and_its_fused_loss_and_gradients_are_
         assert torch.allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_no_hugging_face_or_gguf_layout_carries_a_logit_softcap_and_the_export_says_so_in_one_line() -> None:
-    for options in (CAPPED, {"logit_softcap": 30.0}):
-        with pytest.raises(SolomonError) as caught:
-            slots(GPTConfig(**SIZES, **options))
-        message = str(caught.value)
-        assert "\n" not in message and message.startswith("the run's model caps its logits (model.logit_softcap: ")
-        assert "export --format mlflow" in message
+def test_value_embeddings_add_a_token_embedding_to_the_first_blocks_values_and_train_with_adamw() -> None:
+    from solomon.params import TrainParams
+    from solomon.train.optimizer import build_optimizer, hidden_matrices
+
+    model = model_with(**VALUE_EMBEDDED)
+    assert len(model.value_embeds) == 2 and model.value_embedding(2, torch.tensor([[1]])) is None
+    fresh = GPT(GPTConfig(**SIZES, **VALUE_EMBEDDED))
+    assert all(not table.weight.any() for table in fresh.value_embeds)  # starts as the model without them
+    ids = torch.tensor([[3, 9, 4]])
+    with torch.no_grad():
+        with_them = model(ids)
+        for table in model.value_embeds:
+            table.weight.zero_()
+        assert not torch.allclose(with_them, model(ids))
+    in_muon = {id(p) for p in hidden_matrices(model)}
+    assert not any(id(table.weight) in in_muon for table in model.value_embeds)
+    adamw = build_optimizer(model, TrainParams(), 1e-3, "bf16").adamw
+    assert {id(t.weight) for t in model.value_embeds} <= {id(p) for g in adamw.param_groups for p in g["params"]}
+    with pytest.raises(ValueError, match=r"value_embeddings \(7\) counts blocks: at most model\.n_layer \(6\)"):
+        load_params_from({"value_embeddings": 7})
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (CAPPED, "model.logit_softcap: 2"),
+        ({"logit_softcap": 30.0}, "model.logit_softcap: 30"),
+        (VALUE_EMBEDDED, "model.value_embeddings: 2"),
+        (VALUE_EMBEDDED | {"logit_softcap": 15.0}, "model.value_embeddings: 2, model.logit_softcap: 15"),
+    ],
+)
+def test_no_hugging_face_or_gguf_layout_carries_a_softcap_or_value_embeddings_and_the_export_says_so(
+    options: dict, named: str
+) -> None:
+    with pytest.raises(SolomonError) as caught:
+        slots(GPTConfig(**SIZES, **options))
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"the run's model has {named}, which no Hugging Face or GGUF")
+    assert "export --format mlflow" in message
 
 
 GPT2_WITH_OPTIONS = {"family": "gpt2", **EVERY_OPTION}  # model.* params: GPT-2's family with every option on
@@ -194,8 +231,8 @@ GPT2_WITH_OPTIONS = {"family": "gpt2", **EVERY_OPTION}  # model.* params: GPT-2'
 
 @pytest.mark.parametrize(
     "model",
-    [GPT2_WITH_OPTIONS, {"family": "llama"}, {"family": "llama", "logit_softcap": 15.0}],
-    ids=["gpt2-options", "qwen3", "qwen3-softcap"],
+    [GPT2_WITH_OPTIONS, {"family": "llama"}, {"family": "llama", "logit_softcap": 15.0, "value_embeddings": 2}],
+    ids=["gpt2-options", "qwen3", "qwen3-softcap-value-embeddings"],
 )
 def test_a_run_with_options_or_of_the_llama_family_killed_between_checkpoints_resumes_to_the_same_bytes(
     built_repo: Path, tmp_path: Path, model: dict
@@ -206,7 +243,8 @@ def test_a_run_with_options_or_of_the_llama_family_killed_between_checkpoints_re
     config = json.loads((reference / "models" / weights.CONFIG_FILE).read_text())
     built = GPTConfig(**config)  # config.json leaves out what is GPT-2's (family gpt2)
     assert {name: getattr(built, name) for name in model} == model and built.qk_norm
-    assert ("logit_softcap" in config) is ("logit_softcap" in model)  # written only when on
+    for option in ("logit_softcap", "value_embeddings"):
+        assert (option in config) is (option in model)  # written only when on
 
     cwd = workdir(built_repo, tmp_path / "killed", options)
     killed = run_train(built_repo, cwd, crash_at="after-step:25")  # 5 steps past the checkpoint of step 20

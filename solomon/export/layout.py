@@ -21,7 +21,10 @@ import numpy as np
 import torch
 
 from solomon.errors import SolomonError
-from solomon.model.gpt import GPTConfig
+from solomon.model.gpt import OFF, GPTConfig
+
+# The model options of either family that no exported layout has a place for (a soft cap, value embeddings).
+BEYOND_LAYOUTS = ("value_embeddings", "logit_softcap")
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,12 @@ def _with_bias(config: GPTConfig, hf: str, gguf: str, source: str, conv1d: bool 
 def slots(config: GPTConfig, gguf_llama: bool = False) -> list[Slot]:
     """Every tensor of the exported model, in its layout's order; refuses a model no layout represents.
     ``gguf_llama``: the GGUF file is of llama.cpp's ``llama`` architecture (interleaved rotary pairs)."""
-    if config.logit_softcap is not None:
+    beyond = {name: getattr(config, name) for name in BEYOND_LAYOUTS if getattr(config, name) != OFF[name]}
+    if beyond:
+        options = ", ".join(f"model.{name}: {value:g}" for name, value in beyond.items())
         raise SolomonError(
-            f"the run's model caps its logits (model.logit_softcap: {config.logit_softcap:g}), which no Hugging Face "
-            "or GGUF layout Solomon writes (GPT-2, Llama, Qwen3) carries: serve it with `solomon serve` or export "
-            "--format mlflow"
+            f"the run's model has {options}, which no Hugging Face or GGUF layout Solomon writes (GPT-2, Llama, "
+            "Qwen3) carries: serve it with `solomon serve` or export --format mlflow"
         )
     if config.llama:
         return _llama_slots(config, gguf_llama)

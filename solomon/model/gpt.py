@@ -21,8 +21,15 @@ from solomon.model.linear_cross_entropy import linear_cross_entropy
 from solomon.params import ModelParams, with_family_defaults
 
 # The architecture options and their values are ModelParams' (one declaration); off is GPT-2's value.
-OPTIONS = ("position", "qk_norm", "activation", "family", "logit_softcap")
-OFF = {"position": "learned", "qk_norm": False, "activation": "gelu", "family": "gpt2", "logit_softcap": None}
+OPTIONS = ("position", "qk_norm", "activation", "family", "value_embeddings", "logit_softcap")
+OFF = {
+    "position": "learned",
+    "qk_norm": False,
+    "activation": "gelu",
+    "family": "gpt2",
+    "value_embeddings": 0,
+    "logit_softcap": None,
+}
 
 
 def _values(annotation: object) -> tuple[str, ...]:
@@ -51,6 +58,7 @@ class GPTConfig:
     qk_norm: bool = OFF["qk_norm"]
     activation: str = OFF["activation"]
     family: str = OFF["family"]
+    value_embeddings: int = OFF["value_embeddings"]
     logit_softcap: float | None = OFF["logit_softcap"]
 
     def __post_init__(self) -> None:
@@ -158,12 +166,18 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = Dropout(config.dropout)
 
     def heads(
-        self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None
+        self,
+        x: torch.Tensor,
+        rotation: tuple[torch.Tensor, torch.Tensor] | None,
+        value_embedding: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v of ``x`` (B, T, C) as (B, heads, T, head_dim), queries and keys normalised and rotated where the
-        config says (the KV cache calls this too, so cached keys are exactly the ones training attends to)."""
+        config says, ``value_embedding`` (B, T, C) added to the values (the KV cache calls this too, so cached keys
+        and values are exactly the ones training attends to)."""
         batch, time, channels = x.shape
         q, k, v = self.qkv(x).split(channels, dim=2)
+        if value_embedding is not None:
+            v = v + value_embedding.to(v.dtype)
         q, k, v = (t.view(batch, time, self.n_head, channels // self.n_head).transpose(1, 2) for t in (q, k, v))
         if self.q_norm is not None and self.k_norm is not None:
             q, k = rms_norm_as(q, self.q_norm), rms_norm_as(k, self.k_norm)
@@ -173,9 +187,14 @@ class CausalSelfAttention(nn.Module):
             q, k = rotate(q, rotation), rotate(k, rotation)
         return q, k, v
 
-    def forward(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotation: tuple[torch.Tensor, torch.Tensor] | None = None,
+        value_embedding: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         batch, time, channels = x.shape
-        q, k, v = self.heads(x, rotation)
+        q, k, v = self.heads(x, rotation, value_embedding)
         # No dropout on the attention probabilities: on CPU a mask there forces SDPA off its fused kernel, which
         # slows bf16 training (docs/performance.md); embedding and residual dropout regularise instead.
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -220,8 +239,13 @@ class Block(nn.Module):
         self.ln_2 = norm(config)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, rotation: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rotation)
+    def forward(
+        self,
+        x: torch.Tensor,
+        rotation: tuple[torch.Tensor, torch.Tensor] | None = None,
+        value_embedding: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), rotation, value_embedding)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -238,7 +262,13 @@ class GPT(nn.Module):
         self.ln_f = norm(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings
+        # Outside the blocks, so the optimiser treats them as the embeddings they are (AdamW, not Muon).
+        self.value_embeds = nn.ModuleList(
+            nn.Embedding(config.vocab_size, config.n_embd) for _ in range(config.value_embeddings)
+        )
         self.apply(self._init_weights)
+        for table in self.value_embeds:  # zero: a model with them starts as the model without them
+            nn.init.zeros_(table.weight)
         # GPT-2: scale residual projections by 1/sqrt(2 * n_layer) so the residual stream's variance stays put.
         for name, param in self.named_parameters():
             if name.endswith("proj.weight"):
@@ -261,6 +291,10 @@ class GPT(nn.Module):
         """The residual stream's input for tokens ``idx`` at ``positions`` (before dropout)."""
         x = self.wte(idx)
         return x if self.wpe is None else x + self.wpe(positions)
+
+    def value_embedding(self, layer: int, idx: torch.Tensor) -> torch.Tensor | None:
+        """What block ``layer`` adds to its attention values for tokens ``idx`` (None: nothing)."""
+        return self.value_embeds[layer](idx) if layer < len(self.value_embeds) else None
 
     def rotation(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """What the blocks rotate queries and keys by at ``positions`` (None: learned positions, no rotation)."""
@@ -285,8 +319,8 @@ class GPT(nn.Module):
         pos = torch.arange(time, device=idx.device)
         x = self.drop(self.embed(idx, pos))
         rotation = self.rotation(pos)
-        for block in self.blocks:
-            x = block(x, rotation)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, rotation, self.value_embedding(layer, idx))
         x = self.ln_f(x)
         if targets is None:
             return self.logits(x)

@@ -59,10 +59,10 @@ def prefill(model: GPT, cache: KVCache, slot: int, ids: list[int]) -> tuple[torc
     time = len(ids)
     if time > cache.block_size:
         raise ValueError(f"sequence of {time} tokens exceeds block_size {cache.block_size}")
-    positions = torch.arange(time)
-    x, rotation = model.embed(torch.tensor([ids]), positions), model.rotation(positions)
+    positions, tokens = torch.arange(time), torch.tensor([ids])
+    x, rotation = model.embed(tokens, positions), model.rotation(positions)
     for layer, block in enumerate(model.blocks):
-        q, k, v = block.attn.heads(block.ln_1(x), rotation)  # as training computes them
+        q, k, v = block.attn.heads(block.ln_1(x), rotation, model.value_embedding(layer, tokens))  # as training does
         cache.k[layer][slot, :, :time] = k[0]
         cache.v[layer][slot, :, :time] = v[0]
         x = _finish(block, x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
@@ -81,9 +81,10 @@ def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, po
     into_slots, into_positions = rows[written], pos[written]  # where the live rows' keys and values go
     live = [(i, slot, p) for i, (slot, p) in enumerate(zip(rows.tolist(), pos.tolist(), strict=True)) if p >= 0]
     positions = pos.clamp(min=0)[:, None]
-    x, rotation = model.embed(ids[:, None], positions), model.rotation(positions)
+    tokens = ids[:, None]
+    x, rotation = model.embed(tokens, positions), model.rotation(positions)
     for layer, block in enumerate(model.blocks):
-        q, k, v = block.attn.heads(block.ln_1(x), rotation)  # as training computes them
+        q, k, v = block.attn.heads(block.ln_1(x), rotation, model.value_embedding(layer, tokens))  # as training does
         keys, values = cache.k[layer], cache.v[layer]
         keys[into_slots, :, into_positions] = k[written, :, 0]
         values[into_slots, :, into_positions] = v[written, :, 0]
