@@ -8,12 +8,13 @@ import re
 import subprocess
 from pathlib import Path
 
+import yaml
 from conftest import LAB
 
 from lab.bench import NOT_NATIVE
 from lab.bench.report import format_throughput
 from lab.bench.throughput import MATMUL_OPS, training_throughput
-from lab.scratch import lab_env
+from lab.scratch import lab_env, merge
 from solomon.machine import bf16_matmul_native
 from solomon.params import PARAMS_FILE, Params, read_yaml
 
@@ -41,7 +42,7 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     [record] = list((repo_copy / "reports/bench").glob("*.json"))
     result = json.loads(record.read_text())
     throughput = result["throughput"]
-    assert set(throughput["variants"]) == {"eager fp32", "eager bf16", "eager bf16 muon"}
+    assert set(throughput["variants"]) == {"eager fp32", "eager fp32 muon", "eager bf16", "eager bf16 muon"}
     if not bf16_matmul_native():  # an AVX2-only CPU: what computes in bf16 is left out, and said so
         _assert_bf16_left_out(throughput, done.stdout)
         assert result["stage"]["not_measured"] == NOT_NATIVE and f"train stage not timed: {NOT_NATIVE}" in done.stdout
@@ -82,19 +83,26 @@ def _assert_bf16_left_out(throughput: dict, text: str) -> None:
     assert variants["eager bf16"] == {"not_measured": NOT_NATIVE, "optimizer": "adamw"}
     assert variants["eager bf16 muon"] == {"not_measured": NOT_NATIVE, "optimizer": "muon"}
     assert variants["eager fp32"]["tokens_per_s"] > 0 and variants["eager fp32"]["ratio_to_eager_fp32"] == 1.0
+    assert variants["eager fp32 muon"]["tokens_per_s"] > 0  # an fp32 run's Muon orthogonalises in fp32
     assert set(throughput["matmul_ceiling_gflops"]) == set(throughput["matmul_ceiling_mfu"]) == {"fp32"}
-    assert throughput["default_step_profile"] == [] and throughput["in_step_matmul"] is None
+    # the default path is params.yaml's auto: fp32 with Muon on such a CPU, profiled as on any other
+    assert throughput["default_step_profile"] and throughput["in_step_matmul"]["ms_per_step"] > 0
     assert f"not measured: eager bf16 muon: {NOT_NATIVE}" in text
     assert re.search(r"^\| eager bf16 +\| not measured", text, re.MULTILINE)
-    assert "the default path was not measured here" in text
+    assert "the default path was not measured here" not in text
 
 
 def test_without_native_bf16_the_bench_leaves_out_what_computes_in_bf16_and_says_why(repo_copy: Path) -> None:
     """On any host: the bench told bf16 matmuls are not native (an AVX2-only CPU, where a bf16 step of the
-    default model takes minutes) measures fp32 alone and names the rest, rather than running for hours."""
+    default model takes minutes) measures fp32 alone and names the rest, rather than running for hours; the real
+    train stage is timed, since params.yaml's train.precision: auto trains in fp32 there."""
     from lab.bench.stage import stage_overheads
 
     params = Params.model_validate(read_yaml(repo_copy / PARAMS_FILE))
     throughput = training_throughput(params, steps=1, warmup=1, compile_variant=False, bf16_native=False)
     _assert_bf16_left_out(throughput, format_throughput(throughput))
+    stage = stage_overheads(repo_copy, 12, bf16_native=False)
+    assert "not_measured" not in stage and stage["steps"] == 12
+    explicit = merge(read_yaml(repo_copy / PARAMS_FILE), {"train": {"precision": "bf16"}})
+    (repo_copy / PARAMS_FILE).write_text(yaml.safe_dump(explicit))
     assert stage_overheads(repo_copy, 12, bf16_native=False) == {"steps": 12, "not_measured": NOT_NATIVE}

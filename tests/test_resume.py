@@ -34,9 +34,15 @@ def reference(built_repo: Path, tmp_path_factory) -> dict:
     cwd = workdir(built_repo, tmp_path_factory.mktemp("reference"))
     done = run_train(built_repo, cwd)
     assert done.returncode == 0, done.stderr
-    # What every resume test here covers: the default precision and dropout, RNG draws included.
+    # What every resume test here covers: the default precision (as auto resolves it here: bf16 where the CPU has
+    # native bf16 matmuls) and dropout, RNG draws included.
+    from solomon.machine import bf16_matmul_native
+    from solomon.records import TRAIN_RUN
+
     params = yaml.safe_load((cwd / "params.yaml").read_text())
-    assert params["train"]["precision"] == "bf16" and params["model"]["dropout"] > 0
+    assert params["train"]["precision"] == "auto" and params["model"]["dropout"] > 0
+    computed = json.loads((cwd / TRAIN_RUN).read_text())["precision"]
+    assert computed == ("bf16" if bf16_matmul_native() else "fp32")
     return outcome(cwd)
 
 

@@ -14,7 +14,7 @@ from solomon.params import Params
 from solomon.runtime import configure_torch
 from solomon.train.data_order import DataOrder
 from solomon.train.optimizer import build_optimizer
-from solomon.train.precision import autocast_for
+from solomon.train.precision import autocast_for, resolve
 from solomon.train.step import train_step
 
 # name: (train.precision, train.compile, train.optimizer). Muon's Newton-Schulz matmuls are optimiser work, not
@@ -79,6 +79,10 @@ def training_throughput(
     profile: list[dict] = []  # stays empty when the default variant is not measured (compile with --skip-compile)
     matmul_ms_per_step = None
     native = bf16_matmul_native() if bf16_native is None else bf16_native
+    # the default path: params.yaml's precision as such a CPU resolves it
+    default_precision = resolve(
+        params.train.precision, params.train.portable, {"bf16_matmul": "native" if native else "fallback"}
+    )
     for name, (precision, compiled, optimizer_name) in VARIANTS.items():
         if compiled and not compile_variant:
             continue
@@ -116,7 +120,7 @@ def training_throughput(
             "peak_rss_mib_so_far": round(peak_rss_mib(), 1),
         }
         cfg = params.train
-        if (precision, compiled, optimizer_name) == (cfg.precision, cfg.compile, cfg.optimizer):
+        if (precision, compiled, optimizer_name) == (default_precision, cfg.compile, cfg.optimizer):
             # the default path: where its step time goes, and how fast its matmuls run inside a real step
             profile, matmul_ms_per_step = step_profile(one_step, warmup + steps)
     # after the variants, so that their peak RSS is training's alone
@@ -130,7 +134,7 @@ def training_throughput(
     if matmul_ms_per_step:
         flops = matmul_flops(model_matmul_shapes(config, micro_batch_tokens)) * params.train.accum_steps
         gflops = flops / (matmul_ms_per_step / 1000) / 1e9
-        peak = peaks[params.train.precision]
+        peak = peaks[default_precision]
         in_step = {"gflops": round(gflops, 1), "of_peak": round(gflops / peak, 3), "ms_per_step": matmul_ms_per_step}
     base = results["eager fp32"]["tokens_per_s"]
     for result in results.values():
