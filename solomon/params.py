@@ -182,8 +182,8 @@ class ModelParams(_Section):
         "llama", "the block family: gpt2 or llama (docs/architecture.md, docs/families-full.md)", before="gpt2"
     )
     n_layer: PositiveInt = Param(6, "Transformer blocks")
-    n_head: PositiveInt = Param(6, "attention heads; must divide model.n_embd")
-    n_embd: PositiveInt = Param(384, "width of the residual stream")
+    n_head: PositiveInt = Param(4, "attention heads; must divide model.n_embd")
+    n_embd: PositiveInt = Param(256, "width of the residual stream")
     block_size: PositiveInt = Param(256, "context length in tokens")
     dropout: float = Param(
         0.2,
@@ -287,17 +287,18 @@ class TrainParams(_Section):
 
     seed: int = Param(1337, "the seed every named random stream derives from")
     max_steps: PositiveInt = Param(
-        1050,
-        "optimiser steps; the default is sized to train in 45 minutes on the slowest kind with native bf16 measured "
-        "(docs/reference-run.md gives the time a step on each host kind); raise it on faster hosts",
+        1650,
+        "optimiser steps; the default is sized to the training-time budgets of an AVX2-only CPU (fp32) and of the "
+        "slowest kind with native bf16 measured (docs/reference-run.md gives a step's time per kind)",
     )
     batch_size: PositiveInt = Param(16, "sequences per optimiser step, across micro-batches and ranks")
     accum_steps: PositiveInt = Param(
         1, "micro-batches per step; accum_steps × nproc must divide batch_size (docs/accumulation.md)"
     )
     label_smoothing: float = Param(
-        0.1,
-        "label smoothing ε of the training loss; Noam + ε > 0 is the promised baseline (docs/optimizer.md)",
+        0.15,
+        "label smoothing ε of the training loss: above 0.1 so that the default's many passes over the corpus do not "
+        "leave it overconfident (docs/levers-full.md)",
         ge=0.0,
         lt=1.0,
     )

@@ -196,6 +196,15 @@ def test_a_page_made_under_an_old_default_prints_it_and_keeps_its_commands_as_ma
     assert commands(spec, "p", {"params.lr.peak": 0.001}, as_made=True) == {"a": ["dvc exp run -n p-a -S lr.peak=0.5"]}
 
 
+def test_a_varied_key_whose_default_moved_keeps_the_value_its_runs_were_made_with() -> None:
+    spec = {"base": {}, "pages": {"p": {"runs": {"a": {}, "b": {"lr.peak": 0.5}}, "charts": [], "columns": {},
+                                        "made_under": {"lr.peak": 0.002}}}}  # fmt: skip
+    for as_made in (False, True):  # the command as made set the old default: it was a varied key's value then too
+        assert commands(spec, "p", {"params.lr.peak": 0.001}, as_made=as_made)["a"] == [
+            "dvc exp run -n p-a -S lr.peak=0.002"
+        ]
+
+
 def test_a_renamed_page_names_its_experiments_as_they_were_made() -> None:
     spec = {"base": {}, "pages": {"p": {"runs": {"a": {"lr.peak": 0.5}}, "charts": [], "columns": {}}}}
     assert commands(spec, "p", {"params.lr.peak": 0.001}) == {"a": ["dvc exp run -n p-a -S lr.peak=0.5"]}

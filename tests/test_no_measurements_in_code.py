@@ -56,9 +56,6 @@ ALLOWED = {
     ("lab/bench/data.py", "sampled every 50 ms"),
     # the nanoGPT commit pinned by its hash: the date names which upstream commit it was, it measures nothing
     ("lab/nanogpt/run.py", 'the newest commit of 2026-12-01 ("mention nanochat")'),
-    # the default's sizing target (issue 47's budget), not a measurement; the reference run's code holds this line,
-    # and solomon/params.py is a dependency of the check stage, so rewording it would stale the committed dvc.lock
-    ("solomon/params.py", "sized to train in 45 minutes on the slowest kind with native bf16 measured"),
 }
 
 

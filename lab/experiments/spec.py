@@ -142,12 +142,15 @@ def fixed_settings(spec: dict, page: str, as_made: bool = False) -> dict:
 
 def run_settings(spec: dict, page: str, defaults: dict, as_made: bool = False) -> dict[str, dict]:
     """{run: the flat params its command sets}: the fixed ones, and every key any run of the page changes — in a
-    run that does not change it, at the page's fixed value if it has one, else at today's default."""
-    runs = {run: run_entry(value)[0] for run, value in spec["pages"][page]["runs"].items()}
+    run that does not change it, at the page's fixed value if it has one, else at the default the runs were made
+    under (a varied key's command always set it, so its moved default was in the command as made) or today's."""
+    entry = spec["pages"][page]
+    runs = {run: run_entry(value)[0] for run, value in entry["runs"].items()}
     varied = sorted({key for overrides in runs.values() for key in overrides})
     fixed = fixed_settings(spec, page, as_made)
+    then = {key: defaults[f"params.{key}"] for key in varied} | entry.get("made_under", {})
     return {
-        run: fixed | {key: overrides.get(key, fixed.get(key, defaults[f"params.{key}"])) for key in varied}
+        run: fixed | {key: overrides.get(key, fixed.get(key, then[key])) for key in varied}
         for run, overrides in runs.items()
     }
 
