@@ -59,7 +59,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     nanogpt = docs.add_parser(
         "nanogpt",
         help="train nanoGPT (a checkout at the pinned commit) on the tokens for the wall time of the page's Solomon "
-        "run (`python -m lab docs run nanogpt` first), score it with Solomon's evaluator, redraw docs/nanogpt.md "
+        "run (`python -m lab docs run nanogpt` first; its bf16 autocast variant too where this host has native bf16 "
+        "matmuls), score it with Solomon's evaluator, redraw docs/nanogpt.md "
         "(minutes)",
     )
     nanogpt.add_argument("--checkout", required=True, type=Path, help="a git checkout of karpathy/nanoGPT")
@@ -179,16 +180,21 @@ def _docs_nanogpt(args: argparse.Namespace) -> None:
     import tempfile
 
     from lab.nanogpt import page
-    from lab.nanogpt.run import beside, nanogpt_environment
+    from lab.nanogpt.run import beside, nanogpt_environment, variants_for
+    from solomon.machine import describe
 
     root = Path(args.root).resolve()
     solomon = page.solomon_result(root / "docs")
-    with tempfile.TemporaryDirectory(prefix="solomon-nanogpt-") as scratch:
-        record = beside(solomon, args.checkout.resolve(), root, Path(scratch), nanogpt_environment(os.environ))
-    print(f"nanogpt: {record['wall_s']} s, val {record['metrics']['val']['bits_per_byte']} bits per byte")
-    print(f"docs: {page.save_record(root / 'docs', record)}")
+    records = {}
+    for variant in variants_for(describe()["bf16_matmul"] == "native"):
+        with tempfile.TemporaryDirectory(prefix="solomon-nanogpt-") as scratch:
+            env = nanogpt_environment(os.environ)
+            records[variant] = beside(solomon, args.checkout.resolve(), root, Path(scratch), env, variant)
+        found = records[variant]
+        print(f"nanogpt ({variant}): {found['wall_s']} s, val {found['metrics']['val']['bits_per_byte']} bits per byte")
+    print(f"docs: {page.save_record(root / 'docs', records)}")
     print(f"docs: {page.render(root / 'docs')}")
-    if notice := page.stale(record, solomon):
+    if notice := page.stale(records, solomon):
         print(f"docs: warning: {notice}", file=sys.stderr)
 
 

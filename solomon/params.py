@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from solomon.errors import SolomonError
+from solomon.model.families import FAMILIES
 from solomon.records import PARAMS_FILE
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -159,25 +160,18 @@ class TokenizerParams(_Section):
         return token
 
 
-# What a null model.position / model.qk_norm / model.activation means in each family (the model's config holds the
-# value it was built with).
-FAMILY_DEFAULTS = {"gpt2": {"position": "learned", "qk_norm": False, "activation": "gelu"},
-                   "llama": {"position": "rotary", "qk_norm": True, "activation": "swiglu"}}  # fmt: skip
-
-
 def with_family_defaults(model: dict) -> dict:
-    """A model section (as params.yaml holds it) with a null option replaced by its family's value."""
-    defaults = FAMILY_DEFAULTS.get(model.get("family", "gpt2"), {})
+    """A model section (as params.yaml holds it) with a null option replaced by its family's value (the model's
+    config holds the value it was built with)."""
+    family = FAMILIES.get(model.get("family", "gpt2"))
+    defaults = family.defaults if family else {}
     return model | {name: value for name, value in defaults.items() if model.get(name) is None}
 
 
 class ModelParams(_Section):
     """The decoder (solomon/model/gpt.py): pre-norm blocks, tied embeddings; the llama family by default."""
 
-    # The block family (docs/architecture.md). gpt2: LayerNorm, learned positions, an exact-GELU MLP — GPT-2's
-    # layout, exported as GPT2LMHeadModel and GGUF gpt2. llama: RMSNorm with a gain, rotary positions, a SwiGLU MLP,
-    # no biases — Llama's layout (Qwen3's with qk_norm), exported as LlamaForCausalLM / Qwen3ForCausalLM and GGUF
-    # llama / qwen3.
+    # The block family (docs/architecture.md): each one's meaning is its entry in solomon/model/families.py.
     family: Literal["gpt2", "llama"] = Param(
         "llama", "the block family: gpt2 or llama (docs/architecture.md, docs/families-full.md)", before="gpt2"
     )
@@ -240,14 +234,16 @@ class ModelParams(_Section):
         return self
 
     @model_validator(mode="after")
-    def _llama_is_one_layout(self) -> ModelParams:
-        if self.family != "llama":
-            return self
-        for name, value, allowed in (("position", self.position, "rotary"), ("activation", self.activation, "swiglu")):
+    def _within_the_family(self) -> ModelParams:
+        family = FAMILIES[self.family]
+        for name, allowed in family.fixed.items():
+            value = getattr(self, name)
             if value not in (None, allowed):
-                raise ParamError(name, f"family llama has {allowed} only (got {value}): set it to null or {allowed}")
-        if self.bias:
-            raise ParamError("bias", "family llama has no biases: set model.bias: false")
+                raise ParamError(
+                    name, f"family {self.family} has {allowed} only (got {value}): set it to null or {allowed}"
+                )
+        if self.bias and not family.biases:
+            raise ParamError("bias", f"family {self.family} has no biases: set model.bias: false")
         return self
 
 

@@ -13,7 +13,7 @@ import torch
 from conftest import ROOT
 
 from lab.nanogpt import page
-from lab.nanogpt.run import COMMIT, FILES, RENAMES, check_checkout, to_solomon
+from lab.nanogpt.run import COMMIT, FILES, PATCH, RENAMES, check_checkout, patch_autocast, to_solomon, variants_for
 from solomon.errors import SolomonError
 from solomon.model.gpt import GPT, GPTConfig
 
@@ -66,6 +66,17 @@ def test_the_nanogpt_page_is_what_its_data_renders_to(tmp_path: Path) -> None:
 
 def test_the_page_says_when_the_solomon_run_it_was_timed_against_was_made_again() -> None:
     solomon = {"train_run": {"run_id": "r1", "wall_s": 300.0}}
-    assert page.stale({"against": {"run_id": "r1", "wall_s": 300.0}}, solomon) is None
-    notice = page.stale({"against": {"run_id": "r0", "wall_s": 280.0}}, solomon)
-    assert notice is not None and "timed against run r0 (280.0 s)" in notice and "now run r1" in notice
+    same = {"against": {"run_id": "r1", "wall_s": 300.0}}
+    assert page.stale({"stock": same, "bf16": same}, solomon) is None
+    notice = page.stale({"stock": same, "bf16": {"against": {"run_id": "r0", "wall_s": 280.0}}}, solomon)
+    assert notice is not None and "(bf16) was timed against run r0 (280.0 s)" in notice and "now run r1" in notice
+
+
+def test_the_bf16_variant_turns_on_nanogpts_autocast_on_cpu_and_refuses_another_train_py() -> None:
+    source = f"ptdtype = torch.float32\n{PATCH[0]}\nscaler = None\n"
+    patched = patch_autocast(source)
+    assert patched == f"ptdtype = torch.float32\n{PATCH[1]}\nscaler = None\n" and "nullcontext()" not in patched
+    for other in ("ctx = nullcontext()\n", source + PATCH[0]):  # missing, or there twice: not the pinned train.py
+        with pytest.raises(SolomonError, match="autocast line once"):
+            patch_autocast(other)
+    assert variants_for(bf16_native=True) == ("stock", "bf16") and variants_for(bf16_native=False) == ("stock",)

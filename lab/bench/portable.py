@@ -34,13 +34,16 @@ def portable_params(params: Params) -> Params:
     return params.model_copy(update={"train": train})
 
 
-def alternate(modes: dict[str, tuple[dict[str, str], list[str]]], params_file: str, rounds: int) -> dict:
+def alternate(
+    modes: dict[str, tuple[dict[str, str], list[str]]], params_file: str | dict[str, str], rounds: int
+) -> dict:
     """Each mode's step rate, measured by this module's child process in the mode's (environment, extra arguments),
-    the modes one after another, ``rounds`` times (A B A B)."""
+    the modes one after another, ``rounds`` times (A B A B); ``params_file`` one file, or one per mode."""
+    files = params_file if isinstance(params_file, dict) else dict.fromkeys(modes, params_file)
     runs: dict[str, list[dict]] = {mode: [] for mode in modes}
     for _ in range(rounds):
         for mode, (env, arguments) in modes.items():
-            command = [sys.executable, "-m", "lab.bench.portable", "--params", params_file, *arguments]
+            command = [sys.executable, "-m", "lab.bench.portable", "--params", files[mode], *arguments]
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
             runs[mode].append(json.loads(done.stdout))
     return runs

@@ -4,6 +4,8 @@ nanoGPT is not vendored: the user passes a checkout of karpathy/nanoGPT at ``COM
 ``model.py`` and ``configurator.py`` run unchanged, in a scratch directory that holds them beside Solomon's
 train/val tokens in nanoGPT's layout (``data/<dataset>/{train,val}.bin``, uint16, and ``meta.pkl``). Its recipe is
 its own small-model one (``config/train_shakespeare_char.py``) at the shape of the Solomon run it is set beside;
+its ``bf16`` variant changes one line of ``train.py`` so that it trains under bf16 autocast on CPU too (``PATCH``),
+as Solomon does on a host with native bf16 matmuls;
 its ``max_iters`` (and with it its cosine decay) is sized from a short timing run so that its training takes the
 Solomon run's wall time. Its best checkpoint (nanoGPT keeps the one with the lowest val estimate) is then loaded
 into Solomon's GPT, the same architecture under other names, and scored by the evaluate stage's code on the whole
@@ -48,10 +50,17 @@ RECIPE = {
     "gradient_accumulation_steps": 1,
     "always_save_checkpoint": False,  # keep the checkpoint of the best val estimate, as its small recipe does
     "device": "cpu",
-    "dtype": "float32",  # what it trains in on CPU anyway (its autocast is CUDA's); said, so no GradScaler is built
+    "dtype": "float32",  # what it trains in on CPU (its autocast is CUDA's); said, so no GradScaler is built
     "compile": False,  # on CPU without a compiler toolchain set up; Solomon's default does not compile either
     "log_interval": 10,
 }
+# Its variants: as committed, or with train.py's autocast context on CPU too (its autocast is CUDA-only), in bf16.
+# The patch is this one line, replaced where it is found exactly once.
+PATCH = (
+    "ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=ptdtype)",
+    "ctx = torch.amp.autocast(device_type=device_type, dtype=ptdtype)",
+)
+VARIANTS = {"stock": {}, "bf16": {"dtype": "bfloat16"}}  # variant → its RECIPE overrides (bf16: with PATCH)
 MODEL_SHAPE = ("n_layer", "n_head", "n_embd", "block_size")  # model.* of the Solomon run; and train.batch_size
 TIMING_ITERS = 40  # the timing run's iterations; the first TIMING_SKIP are not counted (warm-up of the allocator)
 TIMING_SKIP = 10
@@ -80,13 +89,30 @@ def check_checkout(checkout: Path) -> str:
     return COMMIT
 
 
-def prepare(checkout: Path, tokens_dir: Path, scratch: Path, vocab_size: int) -> Path:
-    """nanoGPT's files and Solomon's tokens in nanoGPT's layout, in ``scratch``; returns its working directory."""
+def variants_for(bf16_native: bool) -> tuple[str, ...]:
+    """The variants worth running on a host: bf16 only where its matmuls are native (elsewhere it is slower)."""
+    return ("stock", "bf16") if bf16_native else ("stock",)
+
+
+def patch_autocast(source: str) -> str:
+    """train.py with its CPU autocast on: ``PATCH`` applied, refused where its line is not there exactly once."""
+    old, new = PATCH
+    if source.count(old) != 1:
+        raise SolomonError(f"nanoGPT's train.py does not hold its autocast line once ({old!r}): is it {COMMIT[:8]}?")
+    return source.replace(old, new)
+
+
+def prepare(checkout: Path, tokens_dir: Path, scratch: Path, vocab_size: int, variant: str = "stock") -> Path:
+    """nanoGPT's files (its ``variant``) and Solomon's tokens in nanoGPT's layout, in ``scratch``; returns its
+    working directory."""
     work = scratch / "nanogpt"
     data = work / "data" / DATASET
     data.mkdir(parents=True)
     for name in FILES:
         shutil.copyfile(checkout / name, work / name)
+    if variant == "bf16":
+        train = work / "train.py"
+        train.write_text(patch_autocast(train.read_text(encoding="utf-8")), encoding="utf-8")
     for split in ("train", "val"):  # nanoGPT reads uint16 tokens, Solomon's own dtype at this vocabulary
         shutil.copyfile(tokens_dir / f"{split}.bin", data / f"{split}.bin")
     with open(data / "meta.pkl", "wb") as handle:
@@ -116,9 +142,9 @@ def _train(work: Path, settings: dict, threads: int, out_dir: str, env: dict[str
     return [(round(t - begun, 3), line) for t, line in lines], round(process_s - begun, 1), round(process_s, 1)
 
 
-def seconds_per_iter(work: Path, shape: dict, threads: int, env: dict[str, str]) -> float:
+def seconds_per_iter(work: Path, recipe: dict, shape: dict, threads: int, env: dict[str, str]) -> float:
     """nanoGPT's own per-iteration time at this shape, from a short run (its ``time …ms`` lines)."""
-    settings = RECIPE | shape | {"max_iters": TIMING_ITERS, "eval_interval": 10**6, "eval_iters": 1, "log_interval": 1}
+    settings = recipe | shape | {"max_iters": TIMING_ITERS, "eval_interval": 10**6, "eval_iters": 1, "log_interval": 1}
     lines, _, _ = _train(work, settings, threads, "out-timing", env)
     times = [float(m[3]) / 1000 for _, line in lines if (m := ITER_LINE.match(line)) and int(m[1]) >= TIMING_SKIP]
     if not times:
@@ -127,18 +153,20 @@ def seconds_per_iter(work: Path, shape: dict, threads: int, env: dict[str, str])
 
 
 def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape: dict, seconds: float,
-        threads: int, eval_tokens: int, eval_params: EvalParams, env: dict[str, str]) -> dict:  # fmt: skip
-    """Train nanoGPT for about ``seconds`` at ``shape`` and score it with ``eval_params``; return its record
-    (settings, times, curves, Solomon's metrics of its model, reliability bins), its files staying in ``scratch``.
-    ``env`` is its process's environment (``nanogpt_environment``), threads and unbuffered output added."""
+        threads: int, eval_tokens: int, eval_params: EvalParams, env: dict[str, str],
+        variant: str = "stock") -> dict:  # fmt: skip
+    """Train nanoGPT (its ``variant``) for about ``seconds`` at ``shape`` and score it with ``eval_params``; return
+    its record (settings, times, curves, Solomon's metrics of its model, reliability bins), its files staying in
+    ``scratch``. ``env`` is its process's environment (``nanogpt_environment``), threads and unbuffered output added."""
     commit = check_checkout(checkout)
     meta = json.loads((tokens_dir / "meta.json").read_text(encoding="utf-8"))
     if meta["dtype"] != "<u2":  # nanoGPT's get_batch reads uint16, whatever the vocabulary
         raise SolomonError(f"{tokens_dir} holds {meta['dtype']} tokens (vocabulary {meta['vocab_size']}); "
                            "nanoGPT reads uint16 only: compare at tokenizer.vocab_size ≤ 65536")  # fmt: skip
     vocab_size = meta["vocab_size"]
-    work = prepare(checkout, tokens_dir, scratch, vocab_size)
-    per_iter = seconds_per_iter(work, shape, threads, env)
+    work = prepare(checkout, tokens_dir, scratch, vocab_size, variant)
+    recipe = RECIPE | VARIANTS[variant]
+    per_iter = seconds_per_iter(work, recipe, shape, threads, env)
     # Its evaluations take time too: EVALS + 1 of them (step 0 included), each eval_iters batches of train and of
     # val, sized as Solomon's eval subset; a batch without backward costs about a third of a training iteration.
     eval_iters = max(1, round(eval_tokens / (shape["batch_size"] * shape["block_size"])))
@@ -146,7 +174,7 @@ def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape:
     max_iters = EVALS * max(1, round((seconds - eval_s) / per_iter / EVALS))
     attempts = []
     while True:  # a second attempt, resized by the first one's own time, where the timing run's estimate missed
-        settings = RECIPE | shape | {"max_iters": max_iters, "lr_decay_iters": max_iters,
+        settings = recipe | shape | {"max_iters": max_iters, "lr_decay_iters": max_iters,
                                      "eval_interval": max_iters // EVALS, "eval_iters": eval_iters}  # fmt: skip
         shutil.rmtree(work / "out", ignore_errors=True)
         lines, wall_s, process_s = _train(work, settings, threads, "out", env)
@@ -173,7 +201,13 @@ def run(checkout: Path, tokens_dir: Path, tokenizer: Path, scratch: Path, shape:
         EvalParams(threads=threads), model_dir, tokens_dir, tokenizer, scratch / "metrics.json", reliability
     )
     return {
-        "nanogpt": {"repository": REPOSITORY, "commit": commit, "settings": settings, "threads": threads},
+        "nanogpt": {
+            "repository": REPOSITORY,
+            "commit": commit,
+            "variant": variant,
+            "settings": settings,
+            "threads": threads,
+        },
         "timing": {"seconds_per_iter": per_iter, "target_s": seconds, "attempts": attempts},
         "wall_s": wall_s,  # its loop's (from the line it prints last before it), as Solomon's training time
         "process_s": process_s,  # from the interpreter's start: imports, data, model and optimiser built
@@ -228,11 +262,14 @@ def nanogpt_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {"PATH": environ.get("PATH", ""), "HOME": environ.get("HOME", "/")}
 
 
-def beside(solomon: dict, checkout: Path, root: Path, scratch: Path, env: dict[str, str]) -> dict:
-    """nanoGPT at the shape, threads and training wall time of the Solomon run ``solomon`` (a docs page's results),
-    on the workspace's tokens (``root``'s data/), scored as that run's params say; the record names that run."""
+def beside(solomon: dict, checkout: Path, root: Path, scratch: Path, env: dict[str, str],
+           variant: str = "stock") -> dict:  # fmt: skip
+    """nanoGPT (its ``variant``) at the shape, threads and training wall time of the Solomon run ``solomon`` (a docs
+    page's results), on the workspace's tokens (``root``'s data/), scored as that run's params say; the record
+    names that run."""
     params, train_run = solomon["params"], solomon["train_run"]
     shape = {key: params["model"][key] for key in MODEL_SHAPE} | {"batch_size": params["train"]["batch_size"]}
     record = run(checkout, root / TOKENS_DIR, root / TOKENIZER, scratch, shape, train_run["wall_s"],
-                 train_run["threads"], params["train"]["eval_tokens"], EvalParams(**params["eval"]), env)  # fmt: skip
+                 train_run["threads"], params["train"]["eval_tokens"], EvalParams(**params["eval"]), env,
+                 variant)  # fmt: skip
     return record | {"against": {"run_id": train_run["run_id"], "wall_s": train_run["wall_s"]}}

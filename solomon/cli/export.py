@@ -10,12 +10,12 @@ from pathlib import Path
 
 from solomon.cli.arguments import add_run_arguments, run_of
 from solomon.errors import SolomonError
-from solomon.export import FORMATS, GGUF, HF
+from solomon.export import FORMATS, export
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    kinds = "; ".join(f"{name}: {what}" for name, what in FORMATS.items())
-    export = commands.add_parser(
+    kinds = "; ".join(f"{name}: {found.description}" for name, found in FORMATS.items())
+    parser = commands.add_parser(
         "export",
         help=f"write a verified run's model as an export ({', '.join(FORMATS)}) with its provenance",
         description="Verify the run, then write its model from the verified files only into --out (staged, renamed "
@@ -23,18 +23,18 @@ def register(commands: argparse._SubParsersAction) -> None:
         "SHA256 of every file it was made from and of every file it holds); `solomon verify --export DIR` checks it "
         "and `solomon lineage --export DIR` walks from it back to the corpus.",
     )
-    add_run_arguments(export)
-    export.add_argument("--format", required=True, choices=list(FORMATS), help=kinds)
-    export.add_argument(
+    add_run_arguments(parser)
+    parser.add_argument("--format", required=True, choices=list(FORMATS), help=kinds)
+    parser.add_argument(
         "--out", required=True, help="the export's directory: new, empty, or an earlier export of the same run"
     )
-    export.set_defaults(func=_export)
+    parser.set_defaults(func=_export)
 
 
 def _export(args: argparse.Namespace) -> None:
     run_dir, root, out = run_of(args), Path(args.root), Path(args.out)
     try:
-        written = _write(args.format, run_dir, root, out)
+        written = export(args.format, run_dir, root, out)
     except (OSError, shutil.Error) as exc:  # the destination: unwritable, not a directory, full (staged: none left)
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())[:160]
         raise SolomonError(f"could not write the export in {out} ({reason}): give a writable --out with room") from None
@@ -43,17 +43,3 @@ def _export(args: argparse.Namespace) -> None:
             raise
         raise SolomonError(f"could not write the export in {out} (no space left on device): free space") from None
     print(f"export: {args.format} export of {run_dir.name} in {written}; check it with `solomon verify --export {out}`")
-
-
-def _write(kind: str, run_dir: Path, root: Path, out: Path) -> Path:
-    if kind == HF:
-        from solomon.export.hf import export_hf
-
-        return export_hf(run_dir, root, out)
-    if kind == GGUF:
-        from solomon.export.gguf_file import export_gguf
-
-        return export_gguf(run_dir, root, out)
-    from solomon.export.mlflow_model import export_mlflow
-
-    return export_mlflow(run_dir, root, out)

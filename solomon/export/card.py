@@ -7,6 +7,7 @@ import yaml
 
 from solomon import records
 from solomon.export.source import ExportSource
+from solomon.model.families import LAYOUTS, QWEN3
 from solomon.records import RunFiles
 
 METRICS = (("loss", "Loss"), ("perplexity", "Perplexity"), ("bits_per_byte", "Bits per byte"), ("accuracy", "Accuracy"))
@@ -52,12 +53,12 @@ def architecture(config: dict) -> str:
             f"{config['n_embd']} wide, {config['n_positions']} positions, {config['vocab_size']} tokens, no biases: "
             "GPT-2's are zeros here)"
         )
-    family = "Qwen3" if config["model_type"] == "qwen3" else "Llama"
+    written = LAYOUTS[config["model_type"]]
     return (
-        f"A {family}-architecture language model ({config['num_hidden_layers']} layers, "
+        f"A {written.title}-architecture language model ({config['num_hidden_layers']} layers, "
         f"{config['num_attention_heads']} heads, {config['hidden_size']} wide, {config['max_position_embeddings']} "
         f"positions, {config['vocab_size']} tokens: RMSNorm, SwiGLU, rotary positions"
-        + (", QK-norm" if family == "Qwen3" else "")
+        + (", QK-norm" if written == QWEN3 else "")
         + ", tied embeddings, no biases)"
     )
 

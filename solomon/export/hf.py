@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetensors.torch import save_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from solomon import records
 from solomon.atomic import canonical_json, staged_dir, write_bytes, write_with
-from solomon.export import HF, card, record
-from solomon.export.layout import exported, slots
-from solomon.export.source import ExportSource, verified_source
+from solomon.errors import SolomonError
+from solomon.export import HF, card, export, record
+from solomon.export.layout import check_tensors, exported, layout, slots
+from solomon.export.source import ExportSource
+from solomon.model.families import GPT2, QWEN3, Layout
 from solomon.model.gpt import RMS_EPS, ROPE_BASE
 
 WEIGHTS_FILE = "model.safetensors"
@@ -25,16 +28,17 @@ TOKENIZER_FILE = "tokenizer.json"
 
 def config(source: ExportSource) -> dict:
     """The Hugging Face config of the run's model, and where it came from."""
-    return llama_config(source) if source.model.config.llama else gpt2_config(source)
+    written = layout(source.model.config)
+    return gpt2_config(source) if written == GPT2 else llama_config(source, written)
 
 
-def llama_config(source: ExportSource) -> dict:
+def llama_config(source: ExportSource, written: Layout) -> dict:
     """LlamaConfig's fields (Qwen3Config's with QK-norm, whose q_norm and k_norm have a gain per head channel)."""
     config = source.model.config
-    qwen3 = config.qk_norm
+    qwen3 = written == QWEN3
     fields = {
-        "architectures": ["Qwen3ForCausalLM" if qwen3 else "LlamaForCausalLM"],
-        "model_type": "qwen3" if qwen3 else "llama",
+        "architectures": [written.hf_class],
+        "model_type": written.name,
         "vocab_size": config.vocab_size,
         "hidden_size": config.n_embd,
         "intermediate_size": config.mlp_hidden,
@@ -139,7 +143,7 @@ def rendered(source: ExportSource) -> dict[str, bytes]:
     }
 
 
-def write(source: ExportSource, out: Path) -> None:
+def write(source: ExportSource, root: Path, out: Path) -> Path:
     """Write the export of a verified ``source`` to ``out`` (staged: ``out`` changes only when all is written)."""
     record.check_out(out, source.run_id)
     state = source.state
@@ -150,9 +154,23 @@ def write(source: ExportSource, out: Path) -> None:
         for name, content in rendered(source).items():
             write_bytes(tmp / name, content)
         record.write(tmp, source, HF)
+    return out
+
+
+def verify(export_dir: Path, provenance: dict, source: ExportSource, root: Path) -> str:
+    """Every file but the weights byte for byte what the run renders again, every tensor the run's."""
+    files = rendered(source)
+    record.check_files(export_dir, provenance, {*files, WEIGHTS_FILE})
+    for name, content in files.items():
+        if (export_dir / name).read_bytes() != content:
+            raise SolomonError(f"{export_dir / name}: not what run {source.run_id} gives (edited)")
+    try:
+        tensors = load_file(str(export_dir / WEIGHTS_FILE))
+    except SafetensorError as exc:
+        raise SolomonError(f"{export_dir / WEIGHTS_FILE}: not a readable safetensors file ({exc})") from None
+    return check_tensors(export_dir / WEIGHTS_FILE, tensors, source.model.config, source.state, hf=True)
 
 
 def export_hf(run_dir: Path, root: Path, out: Path) -> Path:
     """Verify ``run_dir``, then write its Hugging Face export to ``out``; returns ``out``."""
-    write(verified_source(run_dir, root), out)
-    return out
+    return export(HF, run_dir, root, out)

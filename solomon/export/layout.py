@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from solomon.errors import SolomonError
+from solomon.model.families import GPT2, LLAMA, QWEN3, Layout, layout_of
 from solomon.model.gpt import OFF, GPTConfig
 
 # The model options of either family that no exported layout has a place for (a soft cap, value embeddings).
@@ -62,15 +64,18 @@ def slots(config: GPTConfig, gguf_llama: bool = False) -> list[Slot]:
             f"the run's model has {options}, which no Hugging Face or GGUF layout Solomon writes (GPT-2, Llama, "
             "Qwen3) carries: serve it with `solomon serve` or export --format mlflow"
         )
-    if config.llama:
-        return _llama_slots(config, gguf_llama)
-    if config.options:
+    written = layout_of(config.family, config.qk_norm)
+    if written not in (GPT2, LLAMA, QWEN3) or (written == GPT2 and config.options):
         shown = {name: json.dumps(value).strip('"') for name, value in config.options.items()}  # as YAML writes them
         options = ", ".join(f"model.{name}: {value}" for name, value in shown.items())
         raise SolomonError(
-            f"the run's model has architecture options GPT-2's layout cannot represent ({options}): Hugging Face "
+            f"the run's model has architecture options no layout Solomon writes represents ({options}): Hugging Face "
             "and GGUF exports need a run trained without them; serve it with `solomon serve` or export --format mlflow"
         )
+    return _llama_slots(config, gguf_llama) if written in (LLAMA, QWEN3) else _gpt2_slots(config)
+
+
+def _gpt2_slots(config: GPTConfig) -> list[Slot]:
     layout = [
         Slot("transformer.wte.weight", "token_embd.weight", "wte.weight"),
         Slot("transformer.wpe.weight", "position_embd.weight", "wpe.weight"),
@@ -86,11 +91,15 @@ def slots(config: GPTConfig, gguf_llama: bool = False) -> list[Slot]:
     return layout + _with_bias(config, "transformer.ln_f", "output_norm", "ln_f")
 
 
-def gguf_architecture(config: GPTConfig) -> str:
-    """llama.cpp's architecture for the model: gpt2, llama, or qwen3 (llama with QK-norm)."""
-    if not config.llama:
-        return "gpt2"
-    return "qwen3" if config.qk_norm else "llama"
+def layout(config: GPTConfig) -> Layout:
+    """The published layout the model is written as (its family's entry, by QK-norm); refuses a model none carries."""
+    found = layout_of(config.family, config.qk_norm)
+    if found is None:
+        raise SolomonError(
+            f"the run's model (family {config.family}, model.qk_norm: {str(config.qk_norm).lower()}) has no Hugging "
+            "Face or GGUF layout Solomon writes: serve it with `solomon serve` or export --format mlflow"
+        )
+    return found
 
 
 def _llama_slots(config: GPTConfig, gguf_llama: bool) -> list[Slot]:
@@ -163,3 +172,22 @@ def mismatch(slot: Slot, found: torch.Tensor, state: dict[str, torch.Tensor], hf
         return None
     index = tuple(int(i) for i in np.unravel_index(int(differing[0]), tuple(back.shape)))
     return f"tensor {name} is not {what} bit for bit (first difference at index {index} as written)"
+
+
+def check_tensors(path: Path, found: dict[str, torch.Tensor], config: GPTConfig, state: dict[str, torch.Tensor],
+                  hf: bool) -> str:  # fmt: skip
+    """The tensors of an export's file ``path`` (Hugging Face's names where ``hf``, else GGUF's) against the run's
+    ``state``: none added, none missing, each bit for bit; what was checked, or SolomonError naming the first."""
+    written = slots(config, gguf_llama=not hf and layout(config).interleaved_rope)
+    names = {slot.hf if hf else slot.gguf for slot in written}
+    extra = sorted(set(found) - names)
+    if extra:
+        raise SolomonError(f"{path}: tensor {extra[0]} is not one of the run's model")
+    for slot in written:
+        key = slot.hf if hf else slot.gguf
+        if key not in found:
+            raise SolomonError(f"{path}: tensor {key} is missing")
+        problem = mismatch(slot, found[key], state, hf)
+        if problem:
+            raise SolomonError(f"{path}: {problem}")
+    return f"{len(written)} tensors bit for bit against the run's weights"

@@ -19,8 +19,8 @@ import yaml
 from solomon.atomic import staged_dir
 from solomon.audit.manifest import digest_of
 from solomon.errors import SolomonError
-from solomon.export import MLFLOW, record
-from solomon.export.source import ExportSource, verified_source
+from solomon.export import MLFLOW, export, record
+from solomon.export.source import ExportSource
 from solomon.records import SERVING_FILES, WEIGHTS, RunFiles
 from solomon.tracking import pyfunc
 
@@ -33,18 +33,19 @@ def build(source: ExportSource, root: Path, into: Path) -> Path:
     return pyfunc.build(into, source.run_dir, root, source.files, source.manifest_sha256, source.sha256[WEIGHTS])
 
 
-def write(source: ExportSource, root: Path, out: Path) -> None:
+def write(source: ExportSource, root: Path, out: Path) -> Path:
+    """Write the run's MLflow model and provenance.json to ``out`` (staged); returns ``out``."""
     record.check_out(out, source.run_id)
     with staged_dir(out) as tmp:
         build(source, root, tmp)
         record.write(tmp, source, MLFLOW)
+    return out
 
 
 def export_mlflow(run_dir: Path, root: Path, out: Path) -> Path:
     """Verify ``run_dir`` (every subject: the model carries the whole run directory), then write its MLflow model
     and provenance.json to ``out``; returns ``out``."""
-    write(verified_source(run_dir, root, every_subject=True), root, out)
-    return out
+    return export(MLFLOW, run_dir, root, out)
 
 
 def _fields(value: object, prefix: str = "") -> dict[str, object]:

@@ -1,15 +1,17 @@
 """A decoder-only Transformer: pre-norm blocks, causal scaled-dot-product attention, tied input/output embeddings.
 Plain PyTorch, after nanoGPT's model.py; it knows nothing of files or pipelines.
 
-Two block families. ``gpt2`` (the default) is GPT-2's architecture: LayerNorm, learned positions, an exact-GELU MLP;
-three options change it: rotary position embeddings on queries and keys (RoFormer; GPT-NeoX's rotate-half pairing),
-RMS-normalised queries and keys (QK-norm, without a gain) and a squared-ReLU MLP (Primer). ``llama`` is the layout
-of Llama and Qwen3: RMSNorm with a gain, rotary positions, a SwiGLU MLP, no biases, and with ``qk_norm`` each head's
-queries and keys RMS-normalised with a gain of their own (Qwen3)."""
+Two block families (solomon/model/families.py says what each one is; params.yaml's default is ``llama``). ``gpt2`` is
+GPT-2's architecture: LayerNorm, learned positions, an exact-GELU MLP; three options change it: rotary position
+embeddings on queries and keys (RoFormer; GPT-NeoX's rotate-half pairing), RMS-normalised queries and keys (QK-norm,
+without a gain) and a squared-ReLU MLP (Primer). ``llama`` is the layout of Llama and Qwen3: RMSNorm with a gain, rotary
+positions, a SwiGLU MLP, no biases, and with ``qk_norm`` each head's queries and keys RMS-normalised with a gain of
+their own (Qwen3)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import get_args
 
@@ -17,6 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from solomon.model.families import FAMILIES, Family
 from solomon.model.linear_cross_entropy import linear_cross_entropy
 from solomon.params import ModelParams, with_family_defaults
 
@@ -37,7 +40,8 @@ def _values(annotation: object) -> tuple[str, ...]:
     return tuple(a for arg in get_args(annotation) for a in (get_args(arg) or (arg,)) if isinstance(a, str))
 
 
-CHOICES = {name: _values(ModelParams.model_fields[name].annotation) for name in ("position", "activation", "family")}
+# The block families are families.py's entries (params' Literal lists the same names: a test holds them equal).
+CHOICES = {name: _values(ModelParams.model_fields[name].annotation) for name in ("position", "activation")}
 ROPE_BASE = 10000.0  # RoFormer's and GPT-NeoX's base wavelength
 RMS_EPS = 1e-6  # the llama family's RMSNorm epsilon (Qwen3's)
 
@@ -62,7 +66,7 @@ class GPTConfig:
     logit_softcap: float | None = OFF["logit_softcap"]
 
     def __post_init__(self) -> None:
-        for name, allowed in CHOICES.items():
+        for name, allowed in (*CHOICES.items(), ("family", tuple(FAMILIES))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} {getattr(self, name)!r} is not one of {', '.join(allowed)}")
 
@@ -72,8 +76,9 @@ class GPTConfig:
         return {name: getattr(self, name) for name, off in OFF.items() if getattr(self, name) != off}
 
     @property
-    def llama(self) -> bool:
-        return self.family == "llama"
+    def spec(self) -> Family:
+        """The family's entry (solomon/model/families.py): its norms, its QK-norm's gain, its layouts."""
+        return FAMILIES[self.family]
 
     @property
     def mlp_hidden(self) -> int:
@@ -152,15 +157,24 @@ class Dropout(nn.Module):
         return (x * keep).mul_(65536 / (65536 - self.threshold))
 
 
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # No dropout on the attention probabilities: on CPU a mask there forces SDPA off its fused kernel, which slows
+    # bf16 training (docs/performance.md); embedding and residual dropout regularise instead.
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
         self.qk_norm = config.qk_norm
         head_dim = config.n_embd // config.n_head
-        # the llama family's QK-norm has a gain per channel of a head (Qwen3's q_norm, k_norm); GPT-2's has none
-        self.q_norm = nn.RMSNorm(head_dim, eps=RMS_EPS) if config.qk_norm and config.llama else None
-        self.k_norm = nn.RMSNorm(head_dim, eps=RMS_EPS) if config.qk_norm and config.llama else None
+        # a family's QK-norm may have a gain per channel of a head (Qwen3's q_norm, k_norm; GPT-2's has none)
+        self.q_norm = nn.RMSNorm(head_dim, eps=RMS_EPS) if config.qk_norm and config.spec.qk_gain else None
+        self.k_norm = nn.RMSNorm(head_dim, eps=RMS_EPS) if config.qk_norm and config.spec.qk_gain else None
         self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = Dropout(config.dropout)
@@ -192,12 +206,13 @@ class CausalSelfAttention(nn.Module):
         x: torch.Tensor,
         rotation: tuple[torch.Tensor, torch.Tensor] | None = None,
         value_embedding: torch.Tensor | None = None,
+        attend: Attend | None = None,
     ) -> torch.Tensor:
+        """``attend`` maps the heads' q, k, v to their output: causal attention over ``x`` itself unless given (the
+        KV cache passes one that stores k and v and attends over the cached past)."""
         batch, time, channels = x.shape
         q, k, v = self.heads(x, rotation, value_embedding)
-        # No dropout on the attention probabilities: on CPU a mask there forces SDPA off its fused kernel, which
-        # slows bf16 training (docs/performance.md); embedding and residual dropout regularise instead.
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = (attend or causal_attention)(q, k, v)
         y = y.transpose(1, 2).contiguous().view(batch, time, channels)
         return self.resid_dropout(self.proj(y))
 
@@ -225,8 +240,8 @@ class MLP(nn.Module):
 
 
 def norm(config: GPTConfig) -> nn.Module:
-    """The family's normalisation of the residual stream: LayerNorm (gpt2), or RMSNorm with a gain (llama)."""
-    if config.llama:
+    """The family's normalisation of the residual stream: RMSNorm with a gain where its entry says, else LayerNorm."""
+    if config.spec.rms_norm:
         return nn.RMSNorm(config.n_embd, eps=RMS_EPS)
     return nn.LayerNorm(config.n_embd, bias=config.bias)
 
@@ -244,8 +259,9 @@ class Block(nn.Module):
         x: torch.Tensor,
         rotation: tuple[torch.Tensor, torch.Tensor] | None = None,
         value_embedding: torch.Tensor | None = None,
+        attend: Attend | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), rotation, value_embedding)
+        x = x + self.attn(self.ln_1(x), rotation, value_embedding, attend)
         return x + self.mlp(self.ln_2(x))
 
 

@@ -1,6 +1,7 @@
 """Cached inference over ``GPT``'s own weights, in gpt-fast's style: a static key/value cache per slot (one slot per
 sequence, each the model's whole context) and two passes that read and write it. ``GPT.forward`` is untouched: this
-module only calls the model's submodules, so training never runs a line of it.
+module runs the model's own blocks, handing each an ``attend`` that stores the keys and values and attends over the
+cached past, so training never runs a line of it and the cache never re-implements a block.
 
 - ``prefill`` runs one sequence (at most ``block_size`` tokens, positions from 0) into its slot: the operations of
   ``GPT.forward`` on that sequence, all of them on its shapes but the output layer, which runs on the last
@@ -16,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from solomon.model.gpt import GPT, Block
+from solomon.model.gpt import GPT, causal_attention
 
 
 class KVCache:
@@ -45,13 +46,6 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return F.scaled_dot_product_attention(q, k, v)
 
 
-def _finish(block: Block, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The rest of the block after attention's output ``y`` (B, heads, T, head_dim): projection, residuals, MLP."""
-    batch, time, channels = x.shape
-    x = x + block.attn.proj(y.transpose(1, 2).contiguous().view(batch, time, channels))
-    return x + block.mlp(block.ln_2(x))
-
-
 @torch.no_grad()
 def prefill(model: GPT, cache: KVCache, slot: int, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Run ``ids`` into ``slot`` (positions 0..len-1): (the last position's logits (vocab,), the final hidden
@@ -62,10 +56,13 @@ def prefill(model: GPT, cache: KVCache, slot: int, ids: list[int]) -> tuple[torc
     positions, tokens = torch.arange(time), torch.tensor([ids])
     x, rotation = model.embed(tokens, positions), model.rotation(positions)
     for layer, block in enumerate(model.blocks):
-        q, k, v = block.attn.heads(block.ln_1(x), rotation, model.value_embedding(layer, tokens))  # as training does
-        cache.k[layer][slot, :, :time] = k[0]
-        cache.v[layer][slot, :, :time] = v[0]
-        x = _finish(block, x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+        def store_then_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int = layer) -> torch.Tensor:
+            cache.k[layer][slot, :, :time] = k[0]
+            cache.v[layer][slot, :, :time] = v[0]
+            return causal_attention(q, k, v)
+
+        x = block(x, rotation, model.value_embedding(layer, tokens), store_then_attend)
     x = model.ln_f(x)
     return model.logits(x[:, -1:])[0, -1], x[0]
 
@@ -84,12 +81,15 @@ def decode(model: GPT, cache: KVCache, rows: torch.Tensor, ids: torch.Tensor, po
     tokens = ids[:, None]
     x, rotation = model.embed(tokens, positions), model.rotation(positions)
     for layer, block in enumerate(model.blocks):
-        q, k, v = block.attn.heads(block.ln_1(x), rotation, model.value_embedding(layer, tokens))  # as training does
-        keys, values = cache.k[layer], cache.v[layer]
-        keys[into_slots, :, into_positions] = k[written, :, 0]
-        values[into_slots, :, into_positions] = v[written, :, 0]
-        rows_q, y = q.split(1), [torch.zeros_like(q[:1])] * len(q)  # a padding row's output stays zero
-        for i, slot, p in live:
-            y[i] = attend(rows_q[i], keys[slot : slot + 1, :, : p + 1], values[slot : slot + 1, :, : p + 1])
-        x = _finish(block, x, torch.cat(y))
+
+        def store_then_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int = layer) -> torch.Tensor:
+            keys, values = cache.k[layer], cache.v[layer]
+            keys[into_slots, :, into_positions] = k[written, :, 0]
+            values[into_slots, :, into_positions] = v[written, :, 0]
+            rows_q, y = q.split(1), [torch.zeros_like(q[:1])] * len(q)  # a padding row's output stays zero
+            for i, slot, p in live:
+                y[i] = attend(rows_q[i], keys[slot : slot + 1, :, : p + 1], values[slot : slot + 1, :, : p + 1])
+            return torch.cat(y)
+
+        x = block(x, rotation, model.value_embedding(layer, tokens), store_then_attend)
     return model.logits(model.ln_f(x))[:, 0]
