@@ -1,8 +1,8 @@
 """The block layouts the bench and the tests compare, by name, as the model.* params that make each one: every
-published layout of every family (solomon/model/families.py) — GPT-2's, Llama's, and Qwen3's (Llama's with
+published layout of every family (solomon/families.py) — GPT-2's, Llama's, and Qwen3's (Llama's with
 QK-norm). Each sets ``qk_norm`` explicitly, so a name means one layout whichever family is the default."""
 
-from solomon.model.families import FAMILIES as _BLOCK_FAMILIES
+from solomon.families import FAMILIES as _BLOCK_FAMILIES
 
 FAMILIES = {
     layout.name: {"family": family, "qk_norm": qk_norm}

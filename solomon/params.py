@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from solomon.errors import SolomonError
-from solomon.model.families import FAMILIES
+from solomon.families import FAMILIES
 from solomon.records import PARAMS_FILE
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -171,7 +171,7 @@ def with_family_defaults(model: dict) -> dict:
 class ModelParams(_Section):
     """The decoder (solomon/model/gpt.py): pre-norm blocks, tied embeddings; the llama family by default."""
 
-    # The block family (docs/architecture.md): each one's meaning is its entry in solomon/model/families.py.
+    # The block family (docs/architecture.md): each one's meaning is its entry in solomon/families.py.
     family: Literal["gpt2", "llama"] = Param(
         "llama", "the block family: gpt2 or llama (docs/architecture.md, docs/families-full.md)", before="gpt2"
     )

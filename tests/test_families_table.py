@@ -1,4 +1,4 @@
-"""The block families are one table (solomon/model/families.py) that the params, the model and the exports read: a
+"""The block families are one table (solomon/families.py) that the params, the model and the exports read: a
 third family — here a test-only one, GPT-2's blocks with RMSNorm — is one entry, and the model builds and trains
 with it, its options are held to it, and the exports refuse it in one line (no layout of ours carries it)."""
 
@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from solomon.errors import SolomonError
 from solomon.export.layout import slots
-from solomon.model.families import FAMILIES, LAYOUTS, Family
+from solomon.families import FAMILIES, LAYOUTS, Family
 from solomon.model.gpt import GPT, GPTConfig
 from solomon.params import ModelParams
 

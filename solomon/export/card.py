@@ -7,7 +7,7 @@ import yaml
 
 from solomon import records
 from solomon.export.source import ExportSource
-from solomon.model.families import LAYOUTS, QWEN3
+from solomon.families import LAYOUTS, QWEN3
 from solomon.records import RunFiles
 
 METRICS = (("loss", "Loss"), ("perplexity", "Perplexity"), ("bits_per_byte", "Bits per byte"), ("accuracy", "Accuracy"))

@@ -19,7 +19,7 @@ from solomon.errors import SolomonError
 from solomon.export import HF, card, export, record
 from solomon.export.layout import check_tensors, exported, layout, slots
 from solomon.export.source import ExportSource
-from solomon.model.families import GPT2, QWEN3, Layout
+from solomon.families import GPT2, QWEN3, Layout
 from solomon.model.gpt import RMS_EPS, ROPE_BASE
 
 WEIGHTS_FILE = "model.safetensors"

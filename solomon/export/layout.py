@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from solomon.errors import SolomonError
-from solomon.model.families import GPT2, LLAMA, QWEN3, Layout, layout_of
+from solomon.families import GPT2, LLAMA, QWEN3, Layout, layout_of
 from solomon.model.gpt import OFF, GPTConfig
 
 # The model options of either family that no exported layout has a place for (a soft cap, value embeddings).

@@ -1,7 +1,7 @@
 """A decoder-only Transformer: pre-norm blocks, causal scaled-dot-product attention, tied input/output embeddings.
 Plain PyTorch, after nanoGPT's model.py; it knows nothing of files or pipelines.
 
-Two block families (solomon/model/families.py says what each one is; params.yaml's default is ``llama``). ``gpt2`` is
+Two block families (solomon/families.py says what each one is; params.yaml's default is ``llama``). ``gpt2`` is
 GPT-2's architecture: LayerNorm, learned positions, an exact-GELU MLP; three options change it: rotary position
 embeddings on queries and keys (RoFormer; GPT-NeoX's rotate-half pairing), RMS-normalised queries and keys (QK-norm,
 without a gain) and a squared-ReLU MLP (Primer). ``llama`` is the layout of Llama and Qwen3: RMSNorm with a gain, rotary
@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from solomon.model.families import FAMILIES, Family
+from solomon.families import FAMILIES, Family
 from solomon.model.linear_cross_entropy import linear_cross_entropy
 from solomon.params import ModelParams, with_family_defaults
 
@@ -77,7 +77,7 @@ class GPTConfig:
 
     @property
     def spec(self) -> Family:
-        """The family's entry (solomon/model/families.py): its norms, its QK-norm's gain, its layouts."""
+        """The family's entry (solomon/families.py): its norms, its QK-norm's gain, its layouts."""
         return FAMILIES[self.family]
 
     @property
