@@ -1,4 +1,4 @@
-"""The answers check's own parts (solomon/serving/answers.py): prompts drawn from a nonce, the greedy reference
+"""The answers check's own parts (solomon/lineage/answers.py): prompts drawn from a nonce, the greedy reference
 of the run's weights, and the token-by-token verdict — equal, a log-probability past the tolerance, a near-tie, a
 departure — in both OpenAI shapes and in text. Real servers answer it in tests/test_lineage.py."""
 
@@ -10,9 +10,7 @@ import pytest
 import torch
 
 from solomon.data.tokenizer import train_tokenizer
-from solomon.model.gpt import GPT, GPTConfig
-from solomon.params import TokenizerParams
-from solomon.serving.answers import (
+from solomon.lineage.answers import (
     TOLERANCES,
     Verdict,
     check_completions,
@@ -22,6 +20,8 @@ from solomon.serving.answers import (
     expected,
     token_entries,
 )
+from solomon.model.gpt import GPT, GPTConfig
+from solomon.params import TokenizerParams
 
 TEXT = "In the beginning God created the heaven and the earth. And the earth was without form, and void. " * 40
 
@@ -86,7 +86,7 @@ def test_a_near_tie_stops_the_prompt_and_a_wide_gap_departs() -> None:
     def verdict() -> Verdict:
         return Verdict("logprobs", 1e-4, "fp32")
 
-    from solomon.serving.answers import Expected
+    from solomon.lineage.answers import Expected
 
     want = Expected([5, 6], [" a", " b"], [-0.5, -0.7], [1e-5, 2.0], "x a b")
     tie = verdict()

@@ -23,6 +23,7 @@ FLOORS = (
     ("replay", "solomon.replay"),  # re-executes a verified run's stretch: audit and training together
     ("serving", "solomon.serving"),
     ("export", "solomon.export"),  # Hugging Face and GGUF exports of a verified run, and their verification
+    ("lineage", "solomon.lineage"),  # the proof of what answers: a server's or an export's chain back to the corpus
 )
 LAB = "lab"  # the development tooling beside the product package: it may import the product, never the reverse
 TOP = "solomon.cli"  # the command line (a package of command modules) sits above every floor

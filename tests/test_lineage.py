@@ -22,7 +22,7 @@ from serve_helpers import SOLOMON, LyingProxy, free_port, request, start, stop, 
 from lab.scratch import write_params
 from solomon.export.gguf_file import export_gguf
 from solomon.export.hf import export_hf
-from solomon.export.lineage import export_lineage
+from solomon.lineage.export import export_lineage
 from solomon.pipeline import pipeline_env
 
 # The tiny model is far above the default promote.max; any later run is allowed to become the champion.

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from serve_helpers import SOLOMON, request, start, stop, wait
 
+from solomon.lineage.server import Broken, _http
 from solomon.pipeline import pipeline_env
-from solomon.serving.lineage import Broken, _http
 
 pytestmark = pytest.mark.slow
 

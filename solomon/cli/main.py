@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 
 from solomon import __version__
-from solomon.cli import audit, export, pipeline, review, runs, serve, track
+from solomon.cli import audit, export, lineage, pipeline, review, runs, serve, track
 from solomon.errors import run_main
 
-GROUPS = (runs, pipeline, audit, export, serve, review, track)
+GROUPS = (runs, pipeline, audit, export, serve, lineage, review, track)
 
 
 def build_parser() -> argparse.ArgumentParser:

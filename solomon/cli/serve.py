@@ -1,4 +1,5 @@
-"""`solomon generate`, `solomon serve` and `solomon lineage`: a verified run's model at work, and back to its run."""
+"""`solomon generate` and `solomon serve`: a verified run's model at work (`solomon lineage` proves what answers:
+cli/lineage.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from solomon.cli.arguments import (
     run_of,
 )
 from solomon.errors import SolomonError
-from solomon.records import PARAMS_FILE, RunFiles
 from solomon.serving.limits import (
     DEFAULT_PRECISION,
     EXPECT_DIGEST_ENV,
@@ -33,46 +33,6 @@ SEED_LINE = "seed: "  # `solomon generate` writes "seed: <n>" to stderr: --seed 
 def register(commands: argparse._SubParsersAction) -> None:
     _register_generate(commands)
     _register_serve(commands)
-    lineage = commands.add_parser(
-        "lineage",
-        help="walk from a live server (or an export) to its registry version, manifest, run, weights and corpus",
-    )
-    start = lineage.add_mutually_exclusive_group(required=True)
-    start.add_argument("--url", help="the server, e.g. http://127.0.0.1:8000")
-    start.add_argument(
-        "--export",
-        metavar="DIR",
-        help="an export (solomon export, any format) instead: the chain starts with `solomon verify --export DIR`",
-    )
-    lineage.add_argument(
-        "--model",
-        help="with --url, the alias the server must serve: models:/<name>@<alias> (default: promote.* in params.yaml)",
-    )
-    answers = lineage.add_mutually_exclusive_group()
-    answers.add_argument(
-        "--answers-only",
-        action="store_true",
-        help="with --url: only challenge the server's answers against a run's verified weights (--run, default: the "
-        "alias's run), trusting nothing it says; a URL ending in /invocations is MLflow's (text only)",
-    )
-    answers.add_argument(
-        "--identify",
-        action="store_true",
-        help="with --url: challenge the server against every run here and name the one whose weights answer",
-    )
-    lineage.add_argument(
-        "--precision",
-        choices=("fp32", "bf16"),
-        help="what the server computes in, which sets the answers' tolerance (default: its /v1/provenance, else fp32)",
-    )
-    lineage.add_argument(
-        "--tolerance",
-        type=number(float, above=0),
-        help="the largest |Δ logprob| the answers may show, instead of --precision's (for a server of another "
-        "implementation: measure it, as `make gguf-check` does for llama.cpp)",
-    )
-    add_run_arguments(lineage)  # with --answers-only: the run the server is challenged against
-    lineage.set_defaults(func=_lineage)
 
 
 def _register_generate(commands: argparse._SubParsersAction) -> None:
@@ -186,85 +146,3 @@ def _serve(args: argparse.Namespace) -> None:
     )
     limits = Limits(**{limit.name: getattr(args, limit.name) for limit in fields(Limits)})
     serve(source.load, args.host, args.port, limits, args.image_digest, Hooks.from_environment(os.environ))
-
-
-def _lineage(args: argparse.Namespace) -> None:
-    from solomon.serving.lineage import Broken
-
-    root = Path(args.root)
-    if args.export and args.model:
-        raise SolomonError("--model names the alias a server must serve: give it with --url, not --export")
-    if args.export and (args.answers_only or args.identify):
-        raise SolomonError("--answers-only and --identify challenge a live server: give them with --url")
-    named = args.run or args.run_option
-    if named and not args.answers_only:
-        raise SolomonError("a run is named only with --answers-only (the run it challenges the server against)")
-    if args.identify:
-        _identify(args, root)
-        return
-    try:
-        if args.export:
-            chain = _export_chain(Path(args.export), root)
-        elif args.answers_only:
-            chain = _answers_chain(args, root)
-        else:
-            chain = _server_chain(args, root)
-    except Broken as broken:
-        print(f"lineage broken at {broken}")
-        raise SystemExit(1) from None
-    for link, holds in chain:
-        print(f"{link:<13}{holds}")
-    print("lineage holds: every link verified")
-
-
-def _export_chain(export_dir: Path, root: Path) -> list[tuple[str, str]]:
-    from solomon.export.lineage import export_lineage
-
-    return export_lineage(export_dir, root)
-
-
-def _reference(args: argparse.Namespace, root: Path) -> str:
-    from solomon.params import PromoteParams, load_params
-
-    params_path = root / PARAMS_FILE
-    policy = load_params(params_path).promote if params_path.is_file() else PromoteParams()
-    return args.model or f"models:/{policy.model_name}@{policy.alias}"
-
-
-def _server_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
-    from solomon.serving.lineage import lineage
-
-    return lineage(args.url, _reference(args, root), root, args.precision, args.tolerance)
-
-
-def _answers_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
-    from solomon.serving.lineage import Broken, answers_link
-
-    if args.run or args.run_option:
-        run_dir = run_of(args)
-    else:
-        from solomon.tracking.registry import resolve  # imports mlflow
-
-        try:
-            run_dir = resolve(_reference(args, root), root).run_dir
-        except Exception as exc:
-            raise Broken("registry", f"{exc} (or name the run: --run)") from None
-    return [("run", str(run_dir)), answers_link(args.url, run_dir, root, None, args.precision, args.tolerance)]
-
-
-def _identify(args: argparse.Namespace, root: Path) -> None:
-    from solomon.params import runs_root
-    from solomon.serving.lineage import identify
-
-    base = root / runs_root(root)
-    candidates = sorted(path for path in base.glob("*") if (path / RunFiles.MANIFEST).is_file())
-    if not candidates:
-        raise SolomonError(f"no runs in {base} to try: run the pipeline first, or give --root")
-    table = identify(args.url, candidates, root, args.precision, args.tolerance)
-    for run, verdict in table:
-        print(f"{run:<28}{verdict}")
-    holding = [run for run, verdict in table if verdict.startswith("holds")]
-    if len(holding) != 1:
-        print(f"identify: {'none' if not holding else 'several: ' + ', '.join(holding)} of {len(table)} runs answers")
-        raise SystemExit(1)
-    print(f"identify: {holding[0]} answers")

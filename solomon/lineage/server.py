@@ -3,10 +3,10 @@
 traffic (a completion's ``system_fingerprint`` and the server's provenance agree) → image (the digest the
 deployment gave the server, when it did) → registry version and alias (its ``manifest.sha256`` tag is the
 digest the server serves) → then the tail ``run_links`` shares with an export's chain
-(``solomon.export.lineage``): manifest (the run directory verifies against that digest, every subject hashed) →
+(``solomon.lineage.export``): manifest (the run directory verifies against that digest, every subject hashed) →
 run id (server, registry tag and manifest agree) → weights (the server's SHA256 is the manifest's), tokenizer,
 corpus, params, git commit, requirements lock (as the verified manifest records them) → answers: fresh challenge
-prompts answered by the server and recomputed here from the run's verified weights (``solomon.serving.answers``),
+prompts answered by the server and recomputed here from the run's verified weights (``solomon.lineage.answers``),
 the one link that rests on what the server computes rather than on what it says.
 """
 
@@ -23,9 +23,9 @@ from solomon import records
 from solomon.audit.verify import summary, verify
 from solomon.audit.workspace import IN_CACHE
 from solomon.errors import SolomonError
+from solomon.lineage.answers import TOLERANCES, Verdict, check_completions, check_texts, draw
 from solomon.provenance import uncommitted_note
 from solomon.records import RunFiles
-from solomon.serving.answers import TOLERANCES, Verdict, check_completions, check_texts, draw
 from solomon.serving.generate import Completer
 from solomon.serving.limits import IMAGE_DIGEST_ENV
 from solomon.serving.loader import load_verified

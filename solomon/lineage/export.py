@@ -1,7 +1,7 @@
 """``solomon lineage --export DIR``: from an export on disk back to the corpus, every link checked.
 
 export (``solomon verify --export``: its provenance.json names a run of this workspace, every file and tensor is
-that run's) → then the chain a live server's continues with (``solomon.serving.lineage.run_links``): manifest, run
+that run's) → then the chain a live server's continues with (``solomon.lineage.server.run_links``): manifest, run
 id, weights, tokenizer, corpus, params, git commit, requirements lock.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from solomon.errors import SolomonError
 from solomon.export import record
 from solomon.export.check import run_dir_of, verify_export
+from solomon.lineage.server import Broken, run_links
 from solomon.records import WEIGHTS
-from solomon.serving.lineage import Broken, run_links
 
 
 def export_lineage(export_dir: Path, root: Path) -> list[tuple[str, str]]:

@@ -1,0 +1,136 @@
+"""`solomon lineage`: from a live server (or an export) back to its registry version, manifest, run, weights and
+corpus, and the answers it gives checked against a run's verified weights (solomon/lineage/)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from solomon.cli.arguments import add_run_arguments, number, run_of
+from solomon.errors import SolomonError
+from solomon.records import PARAMS_FILE, RunFiles
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "lineage",
+        help="walk from a live server (or an export) to its registry version, manifest, run, weights and corpus",
+    )
+    start = parser.add_mutually_exclusive_group(required=True)
+    start.add_argument("--url", help="the server, e.g. http://127.0.0.1:8000")
+    start.add_argument(
+        "--export",
+        metavar="DIR",
+        help="an export (solomon export, any format) instead: the chain starts with `solomon verify --export DIR`",
+    )
+    parser.add_argument(
+        "--model",
+        help="with --url, the alias the server must serve: models:/<name>@<alias> (default: promote.* in params.yaml)",
+    )
+    answers = parser.add_mutually_exclusive_group()
+    answers.add_argument(
+        "--answers-only",
+        action="store_true",
+        help="with --url: only challenge the server's answers against a run's verified weights (--run, default: the "
+        "alias's run), trusting nothing it says; a URL ending in /invocations is MLflow's (text only)",
+    )
+    answers.add_argument(
+        "--identify",
+        action="store_true",
+        help="with --url: challenge the server against every run here and name the one whose weights answer",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        help="what the server computes in, which sets the answers' tolerance (default: its /v1/provenance, else fp32)",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=number(float, above=0),
+        help="the largest |Δ logprob| the answers may show, instead of --precision's (for a server of another "
+        "implementation: measure it, as `make gguf-check` does for llama.cpp)",
+    )
+    add_run_arguments(parser)  # with --answers-only: the run the server is challenged against
+    parser.set_defaults(func=_lineage)
+
+
+def _lineage(args: argparse.Namespace) -> None:
+    from solomon.lineage.server import Broken
+
+    root = Path(args.root)
+    if args.export and args.model:
+        raise SolomonError("--model names the alias a server must serve: give it with --url, not --export")
+    if args.export and (args.answers_only or args.identify):
+        raise SolomonError("--answers-only and --identify challenge a live server: give them with --url")
+    named = args.run or args.run_option
+    if named and not args.answers_only:
+        raise SolomonError("a run is named only with --answers-only (the run it challenges the server against)")
+    if args.identify:
+        _identify(args, root)
+        return
+    try:
+        if args.export:
+            chain = _export_chain(Path(args.export), root)
+        elif args.answers_only:
+            chain = _answers_chain(args, root)
+        else:
+            chain = _server_chain(args, root)
+    except Broken as broken:
+        print(f"lineage broken at {broken}")
+        raise SystemExit(1) from None
+    for link, holds in chain:
+        print(f"{link:<13}{holds}")
+    print("lineage holds: every link verified")
+
+
+def _export_chain(export_dir: Path, root: Path) -> list[tuple[str, str]]:
+    from solomon.lineage.export import export_lineage
+
+    return export_lineage(export_dir, root)
+
+
+def _reference(args: argparse.Namespace, root: Path) -> str:
+    from solomon.params import PromoteParams, load_params
+
+    params_path = root / PARAMS_FILE
+    policy = load_params(params_path).promote if params_path.is_file() else PromoteParams()
+    return args.model or f"models:/{policy.model_name}@{policy.alias}"
+
+
+def _server_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
+    from solomon.lineage.server import lineage
+
+    return lineage(args.url, _reference(args, root), root, args.precision, args.tolerance)
+
+
+def _answers_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
+    from solomon.lineage.server import Broken, answers_link
+
+    if args.run or args.run_option:
+        run_dir = run_of(args)
+    else:
+        from solomon.tracking.registry import resolve  # imports mlflow
+
+        try:
+            run_dir = resolve(_reference(args, root), root).run_dir
+        except Exception as exc:
+            raise Broken("registry", f"{exc} (or name the run: --run)") from None
+    return [("run", str(run_dir)), answers_link(args.url, run_dir, root, None, args.precision, args.tolerance)]
+
+
+def _identify(args: argparse.Namespace, root: Path) -> None:
+    from solomon.lineage.server import identify
+    from solomon.params import runs_root
+
+    base = root / runs_root(root)
+    candidates = sorted(path for path in base.glob("*") if (path / RunFiles.MANIFEST).is_file())
+    if not candidates:
+        raise SolomonError(f"no runs in {base} to try: run the pipeline first, or give --root")
+    table = identify(args.url, candidates, root, args.precision, args.tolerance)
+    for run, verdict in table:
+        print(f"{run:<28}{verdict}")
+    holding = [run for run, verdict in table if verdict.startswith("holds")]
+    if len(holding) != 1:
+        print(f"identify: {'none' if not holding else 'several: ' + ', '.join(holding)} of {len(table)} runs answers")
+        raise SystemExit(1)
+    print(f"identify: {holding[0]} answers")
