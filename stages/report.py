@@ -33,7 +33,7 @@ def main() -> None:
     run_id = read_json(files["train_run"]).get("run_id")
     mlflow_run = None
     if params.tracking.enabled and run_id:
-        from solomon.tracking.replay import open_run_or_warn  # imports mlflow: only when tracking
+        from solomon.tracking.sync import open_run_or_warn  # imports mlflow: only when tracking
 
         mlflow_run = open_run_or_warn(run_id, params)
     provenance = Provenance(
@@ -46,8 +46,8 @@ def main() -> None:
     run_dir = create_run(params, Path(records.PARAMS_FILE), files, Path(params.report.root), args.latest, provenance)
     print(f"report: {run_dir}")
     if params.tracking.enabled:
-        from solomon.tracking.replay import sync_or_warn
         from solomon.tracking.store import public_uri
+        from solomon.tracking.sync import sync_or_warn
 
         if sync_or_warn(run_dir, model_dir=args.model.parent):
             print(f"report: logged to MLflow at {public_uri()}")

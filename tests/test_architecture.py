@@ -77,7 +77,7 @@ def test_the_audit_tracking_and_report_code_never_reaches_the_training_package()
 ENVIRONMENT_DOORS = {
     "tracking/store.py": "MLflow is configured by its environment (MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME, its "
     "HTTP retries) and DVC tells a stage its experiment the same way: the one door where tracking reads and sets it",
-    "tracking/server.py": "builds the environment of the `mlflow server` child process",
+    "tracking/mlflow_server.py": "builds the environment of the `mlflow server` child process",
     "pipeline.py": "builds the environment DVC and the stages it runs inherit",
     "portable.py": "torch, MKL and oneDNN read their instruction-set pins from the environment when they load: the "
     "portable mode sets them by re-executing the process, and checks them, in this one place",

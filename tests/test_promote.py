@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from lab.scratch import write_params
 from solomon.pipeline import pipeline_env
-from solomon.tracking.replay import sync_run
+from solomon.tracking.sync import sync_run
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 

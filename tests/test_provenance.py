@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT, latest_run_dir
 
 from solomon import records
+from solomon.git_origin import git_state, uncommitted_note
 from solomon.pipeline import output_paths
-from solomon.provenance import git_state, uncommitted_note
 from solomon.report.run import render_pages
 
 # committed in the test repository: source, params, and outputs of the train, evaluate and report stages

@@ -19,9 +19,9 @@ from conftest import DVC, digest, latest_run_dir, wait_until
 from mlflow.tracking import MlflowClient
 
 from solomon.pipeline import pipeline_env
-from solomon.tracking import server as mlflow_server
-from solomon.tracking.replay import sync_run
+from solomon.tracking import mlflow_server
 from solomon.tracking.store import RUN_ID_TAG, STEP_METRICS, model_artifact_path
+from solomon.tracking.sync import sync_run
 
 
 def free_port() -> int:
@@ -379,7 +379,7 @@ def test_importing_the_store_changes_no_environment_and_opening_it_sets_fail_fas
     """MLflow's HTTP defaults are set by the store's openers, never by an import (a user's own values win)."""
     script = (
         "import os, mlflow.tracking; before = dict(os.environ)\n"  # mlflow sets a telemetry session id itself
-        "from solomon.tracking import live, registry, replay, store\n"
+        "from solomon.tracking import live, registry, store, sync\n"
         "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
         "store.connect()\n"
         "print(os.environ['MLFLOW_HTTP_REQUEST_MAX_RETRIES'], os.environ['MLFLOW_HTTP_REQUEST_TIMEOUT'])\n"

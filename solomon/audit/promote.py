@@ -123,7 +123,7 @@ def predicate_weights(result) -> str:
 def promote(
     run_dir: Path, policy: PromoteParams, root: Path = Path("."), required: Requirements = Requirements()
 ) -> Promotion:
-    from solomon.tracking import pyfunc, registry, replay, store  # imports mlflow
+    from solomon.tracking import registry, run_model, store, sync  # imports mlflow
 
     result = require_verified(
         run_dir,
@@ -152,12 +152,12 @@ def promote(
     }
     with store.redacted_errors(f"registering {run_id}", root), tempfile.TemporaryDirectory() as tmp:
         # the model `solomon export --format mlflow` writes, built by the same function
-        model = pyfunc.build(
+        model = run_model.build(
             Path(tmp) / "pyfunc", run_dir, root, result.files, result.digest, predicate_weights(result)
         )
         # its serving root's models/ holds the verified weights and config: the model directory sync logs
-        mlflow_run = replay.sync_run(run_dir, root, model_dir=pyfunc.served_root(model) / MODEL_DIR)
-        source = registry.log_model(mlflow_run, model, pyfunc.artifact_path(result.digest), root)
+        mlflow_run = sync.sync_run(run_dir, root, model_dir=run_model.served_root(model) / MODEL_DIR)
+        source = registry.log_model(mlflow_run, model, run_model.artifact_path(result.digest), root)
         version = registry.register_version(mlflow_run, policy.model_name, tags, root, source)
         registry.set_alias(policy.model_name, policy.alias, version, root)
     record = {

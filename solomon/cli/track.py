@@ -36,8 +36,8 @@ def _register_sync(track: argparse._SubParsersAction) -> None:
 
 
 def _sync(args: argparse.Namespace) -> None:
-    from solomon.tracking.replay import sync_run
     from solomon.tracking.store import public_uri, redacted_errors
+    from solomon.tracking.sync import sync_run
 
     root = Path(args.root)
     run_dir = run_of(args)
@@ -82,7 +82,7 @@ def _register(args: argparse.Namespace) -> None:
 
 
 def _register_server(track: argparse._SubParsersAction) -> None:
-    from solomon.tracking.server import SERVER_ARTIFACTS
+    from solomon.tracking.mlflow_server import SERVER_ARTIFACTS
 
     server = track.add_parser("server", help="start a loopback MLflow server, recording its PID")
     server.add_argument("--port", type=POSITIVE_INT, default=5000, help="the loopback port (default: 5000)")
@@ -106,7 +106,7 @@ def _register_server(track: argparse._SubParsersAction) -> None:
 
 
 def _start(args: argparse.Namespace) -> None:
-    from solomon.tracking.server import served_store, start_to_pid_file
+    from solomon.tracking.mlflow_server import served_store, start_to_pid_file
 
     backend, artifacts = served_store(args.backend, args.artifacts)
     pid = start_to_pid_file(args.port, backend, artifacts, Path(args.pid_file), Path(args.log), args.app_name)
@@ -117,7 +117,7 @@ def _start(args: argparse.Namespace) -> None:
 
 
 def _stop(args: argparse.Namespace) -> None:
-    from solomon.tracking.server import stop_from_pid_file
+    from solomon.tracking.mlflow_server import stop_from_pid_file
 
     stop_from_pid_file(Path(args.pid_file))
     print("mlflow server stopped")

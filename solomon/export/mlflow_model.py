@@ -2,7 +2,7 @@
 directory that ``mlflow models serve -m DIR`` and ``mlflow.pyfunc.load_model(DIR)`` load, with ``provenance.json``
 beside its ``MLmodel``.
 
-One builder writes it for both (``solomon.tracking.pyfunc.build``): the loader module ``solomon.export.pyfunc``
+One builder writes it for both (``solomon.tracking.run_model.build``): the loader module ``solomon.export.pyfunc``
 and, as its data, a serving root (the run directory, the weights, the model config and the tokenizer). ``MLmodel``
 holds a creation time and a uuid, so ``verify --export`` builds the model again from the verified run and
 compares ``MLmodel`` field by field, every other file byte for byte; before that, the serving root's weights,
@@ -22,7 +22,7 @@ from solomon.errors import SolomonError
 from solomon.export import MLFLOW, export, record
 from solomon.export.source import ExportSource
 from solomon.records import SERVING_FILES, WEIGHTS, RunFiles
-from solomon.tracking import pyfunc
+from solomon.tracking import run_model
 
 MLMODEL = "MLmodel"
 UNIQUE = ("utc_time_created", "model_uuid")  # MLmodel's fields that differ from one writing to the next
@@ -30,7 +30,7 @@ UNIQUE = ("utc_time_created", "model_uuid")  # MLmodel's fields that differ from
 
 def build(source: ExportSource, root: Path, into: Path) -> Path:
     """The run's MLflow model at ``into`` (new or empty), as promote builds it."""
-    return pyfunc.build(into, source.run_dir, root, source.files, source.manifest_sha256, source.sha256[WEIGHTS])
+    return run_model.build(into, source.run_dir, root, source.files, source.manifest_sha256, source.sha256[WEIGHTS])
 
 
 def write(source: ExportSource, root: Path, out: Path) -> Path:
@@ -81,14 +81,14 @@ def _check_mlmodel(export_dir: Path, expected: Path, source: ExportSource) -> No
 def _check_serving_root(export_dir: Path, found: dict[str, str], source: ExportSource, root: Path) -> None:
     """The weights, model config and tokenizer inside are the manifest's (``found``: the export's SHA256 by
     relative path, as ``record.check_files`` hashed them), and so is the run directory's manifest."""
-    served = pyfunc.served_root(export_dir)
+    served = run_model.served_root(export_dir)
     for name in SERVING_FILES:
         sha256 = found[(served / name).relative_to(export_dir).as_posix()]
         if sha256 != source.sha256[name]:
             raise SolomonError(
                 f"{served / name}: SHA256 {sha256[:12]}… is not the manifest's {name} ({source.sha256[name][:12]}…)"
             )
-    manifest = served / pyfunc.run_path(root, source.run_id) / RunFiles.MANIFEST
+    manifest = served / run_model.run_path(root, source.run_id) / RunFiles.MANIFEST
     if digest_of(manifest.read_bytes()) != source.manifest_sha256:
         raise SolomonError(f"{manifest}: not run {source.run_id}'s manifest ({source.manifest_sha256[:12]}…)")
 

@@ -23,8 +23,8 @@ from solomon import records
 from solomon.audit.verify import summary, verify
 from solomon.audit.workspace import IN_CACHE
 from solomon.errors import SolomonError
+from solomon.git_origin import uncommitted_note
 from solomon.lineage.answers import TOLERANCES, Verdict, check_completions, check_texts, draw
-from solomon.provenance import uncommitted_note
 from solomon.records import RunFiles
 from solomon.serving.generate import Completer
 from solomon.serving.limits import IMAGE_DIGEST_ENV

@@ -20,9 +20,9 @@ import solomon
 from solomon.atomic import staged_dir, write_bytes, write_json, write_text
 from solomon.audit import manifest
 from solomon.errors import SolomonError
+from solomon.git_origin import git_state, uncommitted_note
 from solomon.hashing import sha256_file
 from solomon.params import Params, read_yaml
-from solomon.provenance import git_state, uncommitted_note
 from solomon.records import RECORD_FILES, RunFiles, latest_record, read_evals, read_json, read_reliability, read_steps
 from solomon.report import charts, document
 from solomon.rng import STREAMS, stream_seed

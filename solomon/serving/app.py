@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException
 
 from solomon.errors import first_line
-from solomon.serving.completions import RequestError, parse, prepare, read_body, request_schema
+from solomon.serving.completions import RequestError, job_for, parse, read_body, request_schema
 from solomon.serving.engine import Engine
 from solomon.serving.hooks import NO_HOOKS, Hooks
 from solomon.serving.limits import Limits
@@ -140,7 +140,7 @@ class Server:
             return self.not_ready()
         arrived = time.monotonic()
         try:
-            job = prepare(served, parse(await read_body(request, limits.max_body_bytes, limits.timeout_s)), limits)
+            job = job_for(served, parse(await read_body(request, limits.max_body_bytes, limits.timeout_s)), limits)
         except RequestError as exc:
             return error(exc.status, exc.message, exc.param)
         if self.pending + job.n > limits.slots + limits.queue:

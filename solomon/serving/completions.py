@@ -41,10 +41,6 @@ class RequestError(Exception):
         self.param, self.message, self.status = param, message, status
 
 
-class TimedOut(Exception):
-    """The request's deadline passed before its completion was done."""
-
-
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -175,7 +171,7 @@ class Job:
         return (self.seed + index) % (MAX_SEED + 1)
 
 
-def prepare(served: Served, request: CompletionRequest, limits: Limits) -> Job:
+def job_for(served: Served, request: CompletionRequest, limits: Limits) -> Job:
     try:  # JSON may carry a lone surrogate ("\ud800"): no text, no tokens
         request.prompt.encode("utf-8")
     except UnicodeEncodeError as exc:

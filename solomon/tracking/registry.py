@@ -27,7 +27,7 @@ def logged_run(run_id: str, root: Path = Path(".")) -> str:
 def register_version(
     mlflow_run: str, name: str, tags: dict[str, str], root: Path = Path("."), source: str | None = None
 ) -> str:
-    """Register the model of ``mlflow_run`` (the one ``replay.sync_run`` returned: the model of the newest report
+    """Register the model of ``mlflow_run`` (the one ``sync.sync_run`` returned: the model of the newest report
     logged to it, or the artifact ``source``, e.g. the pyfunc model promote logs) as a new version of ``name``;
     return the version."""
     client = store.connect(root)

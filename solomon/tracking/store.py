@@ -39,8 +39,8 @@ from mlflow.utils.mlflow_tags import (
 )
 
 from solomon.errors import SolomonError, first_line
+from solomon.git_origin import git_state
 from solomon.params import flatten
-from solomon.provenance import git_state
 
 # The embedded store at the workspace root: where the stages log and `solomon promote` registers unless
 # MLFLOW_TRACKING_URI names another store, and what `solomon track server` serves unless told another backend.
