@@ -10,16 +10,25 @@ import signal
 from collections.abc import Callable, Mapping
 
 from solomon.atomic import no_crash
+from solomon.hooks import hook_variable
 
 CRASH_AT = "SOLOMON_DATA_CRASH_AT"
 CRASH_POINTS = ("staged", "swap")
 
 
+def _crash_at(value: str) -> tuple[str, str]:
+    stage, point = value.split(":", 1)
+    if point not in CRASH_POINTS:
+        raise ValueError(f"unknown crash point {point!r}")
+    return stage, point
+
+
 def crash_point(environ: Mapping[str, str], stage: str) -> Callable[[str], None]:
     """What ``stage`` passes to its write: a kill at the point ``environ`` names for it, else nothing."""
-    wanted_stage, _, wanted = environ.get(CRASH_AT, "").partition(":")
-    if wanted_stage != stage:
+    crash_at = hook_variable(environ, CRASH_AT, _crash_at, f"<stage>:<{'|'.join(CRASH_POINTS)}>")
+    if crash_at is None or crash_at[0] != stage:
         return no_crash
+    wanted = crash_at[1]
 
     def maybe_kill(point: str) -> None:
         if point == wanted:

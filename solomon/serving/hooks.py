@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from solomon.hooks import hook_variable
+
 HOLD_UNTIL = "SOLOMON_SERVE_HOLD_UNTIL"
 
 
@@ -24,8 +26,7 @@ class Hooks:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Hooks:
-        hold = environ.get(HOLD_UNTIL)
-        return cls(Path(hold) if hold else None)
+        return cls(hook_variable(environ, HOLD_UNTIL, Path, "<path>"))
 
     def before_loading(self) -> None:
         """Wait, on the loading thread, until ``hold_until`` exists (when it names a file)."""

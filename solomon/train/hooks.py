@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from solomon.errors import SolomonError
+from solomon.hooks import hook_variable
 from solomon.train.data_order import DataOrder
 
 CRASH_AT = "SOLOMON_CRASH_AT"
@@ -65,6 +65,18 @@ def pause_environment(step: int, release: Path) -> dict[str, str]:
     return {PAUSE_AT: f"{step}:{release}"}
 
 
+def _crash_at(value: str) -> tuple[str, int]:
+    point, step = value.rsplit(":", 1)
+    if point not in CRASH_POINTS:
+        raise ValueError(f"unknown crash point {point!r}")
+    return point, int(step)
+
+
+def _pause_at(value: str) -> tuple[int, Path]:
+    step, release = value.split(":", 1)
+    return int(step), Path(release)
+
+
 @dataclass(frozen=True)
 class Hooks:
     crash_at: tuple[str, int] | None = None
@@ -74,24 +86,11 @@ class Hooks:
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str]) -> Hooks:
-        crash_at = pause_at = None
-        try:
-            if environ.get(CRASH_AT):
-                point, step = environ[CRASH_AT].rsplit(":", 1)
-                if point not in CRASH_POINTS:
-                    raise ValueError(f"unknown crash point {point!r}")
-                crash_at = (point, int(step))
-            if environ.get(PAUSE_AT):
-                step, release = environ[PAUSE_AT].split(":", 1)
-                pause_at = (int(step), Path(release))
-            crash_rank = int(environ.get(CRASH_RANK, "0"))
-        except ValueError as exc:
-            raise SolomonError(
-                f"bad test hook variable ({exc}): {CRASH_AT}=<{'|'.join(CRASH_POINTS)}>:<step>, "
-                f"{PAUSE_AT}=<step>:<path>, {CRASH_RANK}=<rank>"
-            ) from None
-        record = environ.get(RECORD_BATCHES)
-        return cls(crash_at, crash_rank, pause_at, Path(record) if record else None)
+        crash_at = hook_variable(environ, CRASH_AT, _crash_at, f"<{'|'.join(CRASH_POINTS)}>:<step>")
+        pause_at = hook_variable(environ, PAUSE_AT, _pause_at, "<step>:<path>")
+        crash_rank = hook_variable(environ, CRASH_RANK, int, "<rank>")
+        record = hook_variable(environ, RECORD_BATCHES, Path, "<dir>")
+        return cls(crash_at, crash_rank or 0, pause_at, record)
 
     def crash_point(self, point: str, step: int, rank: int = 0) -> None:
         """Die here, by SIGKILL, if this is the point, step and rank the hooks name."""
