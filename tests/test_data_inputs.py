@@ -340,6 +340,6 @@ def test_a_stopped_stage_leaves_no_worker_behind(tmp_path: Path, large_corpus: P
     _, alive = psutil.wait_procs(started, timeout=10)
     assert not alive, [p.cmdline() for p in alive]
     if signal_name == "SIGINT":
-        assert stage.returncode == 130
+        assert stage.returncode == 130, f"the stage ended {stage.returncode} after SIGINT; its stderr: {err}"
         assert err.strip() == "error: interrupted: the stage's previous outputs are left as they were"
     assert not (tmp_path / "data/corpus").exists()
