@@ -1,5 +1,5 @@
 """A docs page with ``queue: true``: its runs are queued with ``dvc exp run --queue`` and run by one
-``dvc exp run --run-all`` (the commands; the real queue runs in `python -m lab docs run sweep`)."""
+``dvc exp run --run-all`` (the commands; the real queue runs in `python -m lab docs run levers`)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_a_queued_page_refuses_run_options_and_a_non_boolean_queue(tmp_path: Pat
         load_spec(path)
 
 
-def test_the_sweep_page_is_queued() -> None:
+def test_the_levers_page_is_queued() -> None:
     spec = load_spec(ROOT / SPEC)
-    assert queued(spec, "sweep")
-    assert all_commands(spec, "sweep", default_values(ROOT))[-1] == RUN_QUEUE
+    assert queued(spec, "levers")
+    assert all_commands(spec, "levers", default_values(ROOT))[-1] == RUN_QUEUE
