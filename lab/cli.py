@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from solomon import lifeline
 from solomon.cli.arguments import POSITIVE_FLOAT, POSITIVE_INT, add_root
 from solomon.errors import SolomonError, run_main
 from solomon.records import PARAMS_FILE
@@ -183,6 +184,7 @@ def _docs_nanogpt(args: argparse.Namespace) -> None:
     from lab.nanogpt.run import beside, nanogpt_environment, variants_for
     from solomon.machine import describe
 
+    lifeline.hold()  # nanoGPT's training dies with this command
     root = Path(args.root).resolve()
     solomon = page.solomon_result(root / "docs")
     records = {}
@@ -207,6 +209,8 @@ def _docs(args: argparse.Namespace) -> None:
     from lab.experiments.spec import SPEC, load_spec, read_params
     from lab.nanogpt import page as nanogpt_page
 
+    if args.docs_command == "run":
+        lifeline.hold()  # its `dvc exp run`s and their stages die with this command
     root = Path(args.root).resolve()
     spec = load_spec(root / SPEC)
     pages = args.page or list(spec["pages"])

@@ -20,12 +20,12 @@ import argparse
 
 from solomon.atomic import write_json
 from solomon.data.sources import inspect, locate
-from solomon.errors import run_main
 from solomon.machine import describe
 from solomon.params import Params, load_params
 from solomon.pipeline import selected, stage_and_params
 from solomon.portable import enter_mode
 from solomon.records import PARAMS_FILE, checked_params_path
+from solomon.stage import run_stage
 from solomon.train.precision import resolve, why
 from solomon.train.probe import probe_step
 
@@ -64,4 +64,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_stage(main)

@@ -4,8 +4,8 @@ import argparse
 from pathlib import Path
 
 from solomon.data.datacard import build
-from solomon.data.stage import run_stage
 from solomon.params import load_params
+from solomon.stage import run_stage
 
 
 def main() -> None:

@@ -4,9 +4,9 @@ reliability diagram's bins → <reliability_dir>/{val,test}.json."""
 import argparse
 from pathlib import Path
 
-from solomon.errors import run_main
 from solomon.evaluation.evaluate import evaluate
 from solomon.params import load_params
+from solomon.stage import run_stage
 
 
 def main() -> None:
@@ -26,4 +26,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_stage(main)

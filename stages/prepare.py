@@ -7,8 +7,8 @@ from pathlib import Path
 from solomon.data.corpus import prepare
 from solomon.data.hooks import crash_point
 from solomon.data.progress import wanted
-from solomon.data.stage import run_stage
 from solomon.params import load_params
+from solomon.stage import run_stage
 
 
 def main() -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from solomon import records
 from solomon.data.sources import source_files
-from solomon.errors import run_main
 from solomon.params import load_params
 from solomon.records import RECORD_FILES, read_json
 from solomon.report.run import Provenance, create_run
+from solomon.stage import run_stage
 
 # input name -> what dvc.yaml passes: the files copied into the run directory, then the model and tokenizer the
 # run is logged with.
@@ -54,4 +54,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_stage(main)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from solomon.data.hooks import crash_point
 from solomon.data.progress import wanted
-from solomon.data.stage import run_stage
 from solomon.data.tokenizer import build
 from solomon.params import load_params
+from solomon.stage import run_stage
 
 
 def main() -> None:

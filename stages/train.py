@@ -12,11 +12,11 @@ import os
 import sys
 from pathlib import Path
 
-from solomon.errors import run_main
 from solomon.machine import describe, gemm_peaks
 from solomon.params import load_params
 from solomon.portable import enter_mode
 from solomon.runtime import configure_torch
+from solomon.stage import run_stage
 from solomon.train.distributed import ProcessGroup
 from solomon.train.hooks import Hooks
 from solomon.train.loop import TrainPaths, train
@@ -78,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_stage(main)

@@ -49,7 +49,7 @@ def record(tmp_path: Path) -> Path:
 )
 def test_a_figure_that_disagrees_with_its_record_is_named(tmp_path: Path, record: Path, text, key, fault) -> None:
     page = tmp_path / "page.md"
-    page.write_text(f"Intro.\nThe run reached [{text}](reports/run.json \"{key}\") on this host.\n")
+    page.write_text(f'Intro.\nThe run reached [{text}](reports/run.json "{key}") on this host.\n')
     (figure,) = figures(page)
     line = disagreement(figure)
     if fault is None:

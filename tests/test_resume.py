@@ -266,3 +266,45 @@ def test_a_kill_at_every_named_crash_point_resumes_to_the_same_bytes(repo_copy: 
     ] * 2
     assert sorted(p.name for p in (repo_copy / "checkpoints").iterdir()) == ["best", "index.json", "step-00000030.pt"]
     assert not list(repo_copy.glob(".models*")) and not list(repo_copy.glob("reports/.*.tmp"))
+
+
+def half_written(repo: Path) -> list[str]:
+    """Temporary or displaced files a write leaves only while it is in progress (solomon.atomic)."""
+    return sorted(
+        str(path.relative_to(repo))
+        for path in repo.rglob("*")
+        if not {".git", ".dvc"} & set(path.relative_to(repo).parts) and path.name.endswith((".tmp", ".old"))
+    )
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def test_a_signal_to_dvc_repro_alone_stops_its_training_and_dvc_repro_resumes_exactly(
+    repo_copy: Path, long_reference: dict, signal_name: str
+) -> None:
+    """As `timeout`, a supervisor, `kill PID` or a closed SSH session stop it: the signal reaches `dvc repro` only
+    (DVC does not forward it); the train stage's lifeline stops it, checkpointed, within a bounded time."""
+    import psutil
+    from conftest import DVC, wait_until
+
+    shutil.rmtree(repo_copy / "checkpoints")
+    workdir(repo_copy, repo_copy, {"train": {"max_steps": 150}})
+    dvc = subprocess.Popen([DVC, "repro"], cwd=repo_copy, env=pipeline_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    wait_for_steps(dvc, repo_copy, 40)
+    stages: list[psutil.Process] = []
+    wait_until(lambda: stages.extend(p for p in psutil.Process(dvc.pid).children(recursive=True)
+                                     if "stages/train.py" in " ".join(p.cmdline())) or stages, "the train stage")  # fmt: skip
+    started = psutil.Process(dvc.pid).children(recursive=True)
+    dvc.send_signal(getattr(signal, signal_name))  # dvc alone, not its process group
+    output, _ = dvc.communicate(timeout=120)  # ends when the stage, which shares dvc's stdout, has exited too
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert not alive, [p.cmdline() for p in alive]
+    assert "error: stopping: dvc repro" in output and "checkpoint written, exiting with 143" in output, output[-2000:]
+    stopped_at = logged_steps(repo_copy)
+    assert stopped_at < 150
+    assert json.loads((repo_copy / "checkpoints/index.json").read_text())["checkpoints"][-1]["step"] == stopped_at
+    assert not half_written(repo_copy)
+    done = subprocess.run([DVC, "repro"], cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"(step {stopped_at})" in done.stdout + done.stderr
+    assert outcome(repo_copy) == long_reference

@@ -9,6 +9,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from solomon import lifeline
 from solomon.cli.arguments import (
     POSITIVE_INT,
     add_dvc_lock,
@@ -145,4 +146,5 @@ def _serve(args: argparse.Namespace) -> None:
         Path(args.root), run_dir, args.model, args.expect_digest, args.threads, args.precision, args.dvc_lock
     )
     limits = Limits(**{limit.name: getattr(args, limit.name) for limit in fields(Limits)})
+    lifeline.hold()  # under `timeout` or another supervisor that stops only its child: drain and stop with it
     serve(source.load, args.host, args.port, limits, args.image_digest, Hooks.from_environment(os.environ))

@@ -1,4 +1,5 @@
-"""SIGTERM and SIGINT become a flag the loop checks after each step: it checkpoints, then exits 128 + signal."""
+"""SIGTERM, SIGINT and SIGHUP become a flag the loop checks after each step: it checkpoints, then exits 128 + signal.
+SIGHUP is a closed terminal or SSH session; where it is ignored (``nohup``) it stays ignored."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ class StopSignals:
         self.received: int | None = None
 
     def __enter__(self) -> StopSignals:
-        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        wanted = [signal.SIGTERM, signal.SIGINT]
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+            wanted.append(signal.SIGHUP)
+        self._previous = {s: signal.signal(s, self._handle) for s in wanted}
         return self
 
     def _handle(self, signum: int, _frame) -> None:

@@ -1,0 +1,55 @@
+"""How a pipeline stage ends when something besides its input stops it: Ctrl-C, SIGTERM or SIGHUP (a supervisor,
+a closed terminal, or the stage's lifeline once `dvc`, `make` or whatever started it is gone: ``solomon.lifeline``),
+or a full disk, give one line and a non-zero exit, as bad input does (``solomon.errors.run_main``); the stage's
+previous outputs stay in place (its writes are staged: ``solomon.atomic``). The train stage checkpoints on these
+signals inside its loop (``solomon.train.signals``); this covers the rest of its life and the other stages."""
+
+from __future__ import annotations
+
+import errno
+import signal
+import sys
+from collections.abc import Callable
+
+from solomon import lifeline
+from solomon.errors import SolomonError, run_main
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):
+    """A stop signal, raised where the stage is, so that its staged writes are undone on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, _frame) -> None:
+    raise Stopped(signum)
+
+
+def run_stage(main: Callable[[], object]) -> None:
+    def guarded() -> None:
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                signal.signal(signum, _raise_stopped)
+        lifeline.hold()
+        try:
+            main()
+        except KeyboardInterrupt:
+            print("error: interrupted: the stage's previous outputs are left as they were", file=sys.stderr)
+            sys.exit(128 + signal.SIGINT)
+        except Stopped as stopped:
+            name = signal.Signals(stopped.signum).name
+            print(f"error: stopped by {name}: the stage's previous outputs are left as they were", file=sys.stderr)
+            sys.exit(128 + stopped.signum)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise SolomonError(
+                f"no space left on the disk writing {exc.filename or 'the outputs'}: free some, then rerun (the "
+                "previous outputs are left as they were)"
+            ) from None
+
+    run_main(guarded)
