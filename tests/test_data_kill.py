@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -62,14 +63,20 @@ def lock_entries(repo: Path) -> dict:
     return {name: stages[name]["outs"] for name in DATA_STAGES if "outs" in stages[name]}
 
 
-def test_data_stages_killed_anywhere_rerun_to_the_same_bytes(built_repo: Path, tmp_path: Path) -> None:
-    corpus = tmp_path / "synthetic.jsonl"
+@pytest.fixture(scope="module")
+def uninterrupted(built_repo: Path, tmp_path_factory) -> tuple[Path, dict, dict]:
+    """A synthetic corpus long enough to stop the data stages inside, and what an uninterrupted run makes of it."""
+    base = tmp_path_factory.mktemp("uninterrupted")
+    corpus = base / "synthetic.jsonl"
     synthetic_corpus(corpus, 12)
-    clean = with_corpus(shutil.copytree(built_repo, tmp_path / "clean", symlinks=True), corpus)
+    clean = with_corpus(shutil.copytree(built_repo, base / "clean", symlinks=True), corpus)
     done = repro(clean)
     assert done.returncode == 0, done.stdout + done.stderr
-    expected = data_outputs(clean)
+    return corpus, data_outputs(clean), lock_entries(clean)
 
+
+def test_data_stages_killed_anywhere_rerun_to_the_same_bytes(built_repo: Path, tmp_path: Path, uninterrupted) -> None:
+    corpus, expected, expected_lock = uninterrupted
     killed = with_corpus(shutil.copytree(built_repo, tmp_path / "killed", symlinks=True), corpus)
     for stage in ("prepare", "tokenizer"):  # inside the one durable write of each
         for point in CRASH_POINTS:
@@ -80,4 +87,46 @@ def test_data_stages_killed_anywhere_rerun_to_the_same_bytes(built_repo: Path, t
     done = repro(killed)
     assert done.returncode == 0, done.stdout + done.stderr
     assert data_outputs(killed) == expected
-    assert lock_entries(killed) == lock_entries(clean)
+    assert lock_entries(killed) == expected_lock
+
+
+@pytest.mark.parametrize(("signal_name", "stage"), [("SIGTERM", "tokenizer"), ("SIGHUP", "tokenizer")])
+def test_a_signal_to_dvc_repro_alone_stops_the_data_stage_and_its_workers(
+    built_repo: Path, tmp_path: Path, uninterrupted, signal_name: str, stage: str
+) -> None:
+    """`dvc repro` signalled alone (DVC forwards nothing): the running data stage and its worker processes end, by
+    PID, within a bounded time; nothing half-written stays; `dvc repro` again makes the uninterrupted bytes."""
+    import psutil
+    from conftest import wait_until
+
+    corpus, expected, expected_lock = uninterrupted
+    repo = with_corpus(shutil.copytree(built_repo, tmp_path / "repo", symlinks=True), corpus)
+    subprocess.run([str(Path(DVC).parent / "solomon"), "repair-lock"], cwd=repo, env=pipeline_env(), check=True)
+    dvc = subprocess.Popen([DVC, "repro", "datacard"], cwd=repo, env=pipeline_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+
+    def command(process: psutil.Process) -> str:
+        try:
+            return " ".join(process.cmdline())
+        except psutil.Error:  # ended (a zombie) between the listing and now
+            return ""
+
+    def running() -> list[psutil.Process]:
+        tree = psutil.Process(dvc.pid).children(recursive=True)
+        return tree if any(f"stages/{stage}.py" in command(p) for p in tree) else []
+
+    wait_until(running, f"the {stage} stage", process=dvc, timeout=120, interval=0.05)
+    time.sleep(1.0)  # inside its work, its workers (where it starts any) started
+    started = running()
+    assert started, f"the {stage} stage ended before it could be stopped: give it a larger corpus"
+    dvc.send_signal(getattr(signal, signal_name))  # dvc alone, not its process group
+    output, _ = dvc.communicate(timeout=120)
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert not alive, [p.cmdline() for p in alive]
+    assert "error: stopping: dvc repro" in output, output[-2000:]
+    assert "error: stopped by SIGTERM: the stage's previous outputs are left as they were" in output, output[-2000:]
+    data_outputs(repo)  # nothing half-written beside an output
+    done = repro(repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert data_outputs(repo) == expected
+    assert lock_entries(repo) == expected_lock
