@@ -6,15 +6,22 @@ BIN := $(CURDIR)/$(VENV)/bin
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup lock run repro report docs image base-image podman image-check gguf-check isa-check portable-check multinode test-long serve browser helm plots-template bench bench-data soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+.PHONY: setup lock lock-check run repro report docs image base-image podman image-check gguf-check isa-check portable-check multinode test-long serve browser helm plots-template bench bench-data soak chaos smoke try exps test test-fast lint clean-venv mlflow-server mlflow-stop push pull
+
+# The lock of this platform (lab/locks.py lists them): Linux x86-64 (torch's CPU build) and macOS arm64 (Apple
+# silicon: PyPI's torch, CPU). Linux aarch64 has none yet: see KNOWN_ISSUES.md.
+PLATFORM := $(shell uname -s)-$(shell uname -m)
+LOCK := $(if $(filter Darwin-arm64,$(PLATFORM)),requirements-macos-arm64.lock,requirements.lock)
 
 setup: $(VENV)/.installed
 
 # Rebuilt only when the lock or the package metadata change; otherwise `make setup` is a no-op.
-$(VENV)/.installed: requirements.lock pyproject.toml
+$(VENV)/.installed: $(LOCK) pyproject.toml
+	@case "$(PLATFORM)" in Linux-x86_64|Darwin-arm64) ;; *) echo "error: no lock for $(PLATFORM): Solomon installs on \
+	Linux x86-64 and macOS arm64 (KNOWN_ISSUES.md says why not Linux aarch64 yet)" >&2; exit 2;; esac
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# Every package pinned with its hash, no dependency resolution: nothing can pull a CUDA torch.
-	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r $(LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	touch $@
@@ -29,6 +36,17 @@ lock: setup
 		--no-emit-find-links -c $(VENV)/lock-pins.txt -o requirements-serve.lock requirements-serve.in
 	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url \
 		--no-emit-find-links -c $(VENV)/lock-pins.txt -o requirements-llama.lock requirements-llama.in
+	# macOS arm64: the same pins, torch from PyPI (its CPU build there; 2.13.0's wheel needs macOS 14)
+	grep -v '^torch==' $(VENV)/lock-pins.txt > $(VENV)/lock-pins-macos.txt
+	echo 'torch==2.13.0' > $(VENV)/torch-macos.txt
+	MACOSX_DEPLOYMENT_TARGET=14.0 $(BIN)/uv pip compile --quiet --python-platform aarch64-apple-darwin \
+		--python-version 3.11 --generate-hashes --custom-compile-command "make lock" -c $(VENV)/lock-pins-macos.txt \
+		--override $(VENV)/torch-macos.txt -o requirements-macos-arm64.lock requirements.in
+
+# Each platform's lock downloaded for that platform with its hashes checked (pip download --platform): fails when a
+# package has wheels but none for a platform. Minutes and about 2 GB of downloads (lab/locks.py).
+lock-check: setup
+	$(BIN)/python -m lab.locks
 
 # repair-lock: a kill during DVC's own write of dvc.lock leaves it empty; restore it so `dvc repro` can resume.
 run: setup plots-template

@@ -27,32 +27,65 @@ CPUINFO = Path("/proc/cpuinfo")
 # The flags (Linux /proc/cpuinfo names) that choose bf16/fp32 kernels on x86, best first.
 ISA_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_vnni", "avx512bw", "avx512f", "avx2", "fma")
 BEST_OF = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")  # the one the kind names
+# On 64-bit ARM (Linux /proc/cpuinfo's Features; macOS's hw.optional.arm.FEAT_* in the same words): the vector
+# extensions torch's and oneDNN's kernels choose by, and BF16, which torch's bf16 matmul check reads there.
+ARM = ("aarch64", "arm64")
+ARM_ISA_FLAGS = ("sve2", "sve", "bf16", "i8mm", "asimd")
+ARM_BEST_OF = ("sve2", "sve", "asimd")
 # Variables that cap the kernels torch and oneDNN choose (a machine can be made to run as a lesser kind).
 PEAK_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # the precisions whose GEMM peak is measured
 CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
 
 
-# /proc/cpuinfo's fields that name the microarchitecture (x86: e.g. AuthenticAMD, family 25, model 17 is Zen 4).
-MICROARCHITECTURE = {"vendor_id": "vendor", "cpu family": "family", "model": "model"}
+# /proc/cpuinfo's fields that name the microarchitecture (x86: e.g. AuthenticAMD, family 25, model 17 is Zen 4;
+# ARM: implementer 0x41, part 0xd40 is Arm's Neoverse V1).
+MICROARCHITECTURE = {
+    "vendor_id": "vendor",
+    "cpu family": "family",
+    "model": "model",
+    "CPU implementer": "implementer",
+    "CPU part": "part",
+}
+
+
+def parse_cpuinfo(text: str) -> tuple[str, set[str], dict[str, str]]:
+    """(CPU model name, instruction-set flags, microarchitecture) of /proc/cpuinfo's first processor."""
+    model, flags, micro = "", set(), {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+        elif key in MICROARCHITECTURE and MICROARCHITECTURE[key] not in micro:
+            micro[MICROARCHITECTURE[key]] = value.strip()
+    return model, flags, micro
 
 
 def _cpuinfo() -> tuple[str, set[str], dict[str, str]]:
-    """(CPU model name, instruction-set flags, microarchitecture) from /proc/cpuinfo's first processor; the
-    platform's words for the name where there is none."""
-    model, flags, micro = "", set(), {}
+    """``parse_cpuinfo`` of this machine (macOS: its sysctl names); the platform's words for a missing name."""
     try:
-        for line in CPUINFO.read_text(encoding="utf-8").splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key == "model name" and not model:
-                model = value.strip()
-            elif key in ("flags", "Features") and not flags:
-                flags = set(value.split())
-            elif key in MICROARCHITECTURE and MICROARCHITECTURE[key] not in micro:
-                micro[MICROARCHITECTURE[key]] = value.strip()
+        model, flags, micro = parse_cpuinfo(CPUINFO.read_text(encoding="utf-8"))
     except OSError:
-        pass
+        model, flags, micro = "", set(), {}
+    if platform.system() == "Darwin" and platform.machine() in ARM:
+        model, flags = _sysctl("machdep.cpu.brand_string") or model, _darwin_arm_flags()
     return model or platform.processor() or platform.machine(), flags, micro
+
+
+def _sysctl(name: str) -> str:
+    import subprocess
+
+    done = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _darwin_arm_flags() -> set[str]:
+    """Apple silicon's features in Linux's words: Advanced SIMD always, the rest as hw.optional.arm.FEAT_* say."""
+    return {"asimd"} | {
+        flag for flag in ("bf16", "i8mm", "sve", "sve2") if _sysctl(f"hw.optional.arm.FEAT_{flag.upper()}") == "1"
+    }
 
 
 @cache
@@ -87,7 +120,7 @@ def describe() -> dict:
         "cpu": model,
         **micro,
         "torch_capability": torch.backends.cpu.get_cpu_capability(),
-        "isa": [flag for flag in ISA_FLAGS if flag in flags],
+        "isa": [flag for flag in (ARM_ISA_FLAGS if platform.machine() in ARM else ISA_FLAGS) if flag in flags],
         "bf16_matmul": "native" if bf16_matmul_native() else "fallback",
         **_library_versions(),
         "torch": str(torch.__version__),
@@ -100,6 +133,10 @@ def kind(machine: dict) -> str:
     """E.g. ``x86_64 AuthenticAMD family 25 model 17, avx512_bf16 (no AMX), torch AVX512, oneDNN 3.12.0``."""
     isa = set(machine.get("isa", []))
     best = next((flag for flag in BEST_OF if flag in isa), "no AVX2")
+    if machine.get("arch") in ARM:
+        best = next((flag for flag in ARM_BEST_OF if flag in isa), "no SIMD") + (
+            " bf16" if "bf16" in isa else " (no BF16)"
+        )
     amx = "" if best == "amx_bf16" or machine.get("arch") not in ("x86_64", "AMD64") else " (no AMX)"
     caps = machine.get("caps") or {}
     capped = "".join(f", {name}={value}" for name, value in sorted(caps.items()) if name != "ATEN_CPU_CAPABILITY")
