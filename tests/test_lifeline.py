@@ -46,7 +46,7 @@ def test_a_process_stops_with_sigterm_once_its_launcher_is_killed() -> None:
     started = time.monotonic()
     shell.kill()  # the launcher alone: the held process is not signalled by anyone else
     shell.wait()
-    gone, alive = psutil.wait_procs([held], timeout=10)
+    _, alive = psutil.wait_procs([held], timeout=10)
     assert not alive, "the held process outlived its launcher"
     assert time.monotonic() - started < 5
     _, err = shell.communicate(timeout=10)
