@@ -43,7 +43,7 @@ SCHEMA = pa.schema(
 COLUMNS = tuple(SCHEMA.names)
 ROW_GROUP_BYTES = 2 << 20  # text per row group: each later stage's unit of work, small enough to share out evenly
 # source (as stored) per worker below which a worker's start costs more than the work it takes over: reading,
-# normalising and hashing are fast beside starting an interpreter (docs/performance.md, the data stages)
+# normalising and hashing are fast beside starting an interpreter (docs/data-performance.md)
 BYTES_PER_WORKER = 32 << 20
 ENOUGH_TO_SPLIT = 100  # unique documents from which an empty val or test split is its fraction's fault
 PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 1, "use_dictionary": ["id"], "write_statistics": False}

@@ -40,7 +40,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """One row's attention (no mask: every cached position is the row's own past): the CPU flash kernel that
     ``F.scaled_dot_product_attention`` picks for these inputs, called directly. Same kernel, same bits; without the
     public function's argument checks and kernel choice, which took a sizeable share of the per-row attention's
-    time (docs/performance.md, "What made the serving path fast")."""
+    time (docs/serving-performance.md, "What made the serving path fast")."""
     if q.device.type == "cpu" and q.dtype in FLASH_DTYPES:
         return FLASH(q, k, v)[0]
     return F.scaled_dot_product_attention(q, k, v)

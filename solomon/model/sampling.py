@@ -33,8 +33,8 @@ def next_token(
 def _draw(probs: torch.Tensor, generator: torch.Generator) -> int:
     """One index drawn with probability ``probs`` (unnormalised is fine) by inverting the cumulative sum with one
     uniform number from ``generator``: exact, and cheaper than ``torch.multinomial`` over a whole vocabulary (a
-    serving step draws one token per slot; docs/performance.md). A token of probability 0 is never drawn: the first
-    cumulative sum above the drawn mass is always a token's own rise."""
+    serving step draws one token per slot; docs/serving-performance.md). A token of probability 0 is never drawn:
+    the first cumulative sum above the drawn mass is always a token's own rise."""
     cumulative = probs.double().cumsum(0)
     mass = torch.rand(1, generator=generator, dtype=torch.float64) * cumulative[-1]
     index = int(torch.searchsorted(cumulative, mass, right=True))

@@ -25,8 +25,8 @@ from solomon.serving.limits import PRECISIONS
 class Bf16Linear(nn.Module):
     """``nn.Linear`` in bf16 for inference: the weights cast once and packed once into oneDNN's own layout (what
     torch.compile's CPU freezing does), so that no call reorders them again; fp32 in, fp32 out. Faster than
-    ``F.linear``, which reorders bf16 weights for AMX at every call (docs/performance.md); fp32 layers gain nothing
-    packed at one row, so they stay ``nn.Linear``."""
+    ``F.linear``, which reorders bf16 weights for AMX at every call (docs/serving-performance.md); fp32 layers gain
+    nothing packed at one row, so they stay ``nn.Linear``."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
