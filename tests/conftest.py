@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -168,6 +169,14 @@ def wait_until(
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the marker must be there when it looks
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests signal their children and expect the default dispositions, whatever started pytest: a shell's
+    background job (`cmd &`) has SIGINT ignored and `nohup` SIGHUP, an ignored signal stays ignored across exec, and
+    a Python started with SIGINT ignored never raises KeyboardInterrupt. Runs in each xdist worker too."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark `slow` every test on the built pipeline, whether it asks for it directly or through another fixture
     (repo_copy, tiny_run, a module's own): the first pays for the build, each one for a copy or a run on it."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import digest, logged_steps, run_train, start_train, wait_for_steps, workdir
+from conftest import ROOT, digest, logged_steps, run_train, start_train, wait_for_steps, workdir
 
 from solomon.pipeline import pipeline_env, stage_command
 from solomon.records import DETERMINISTIC_COLUMNS, EVAL_LOG, STEP_LOG
@@ -277,24 +277,34 @@ def half_written(repo: Path) -> list[str]:
     )
 
 
-@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+def make_run(bin_dir: Path) -> list[str]:
+    """`make run` from the repository's own Makefile in the working directory, its venv the one running the tests
+    (``-o``: setup and the offline plots template count as done, so make goes straight to `dvc repro`)."""
+    return ["make", "-s", "-f", str(ROOT / "Makefile"), f"BIN={bin_dir}", "-o", "setup", "-o", "plots-template", "run"]
+
+
+@pytest.mark.parametrize(
+    ("launcher", "signal_name"), [("dvc repro", "SIGTERM"), ("dvc repro", "SIGHUP"), ("make run", "SIGTERM")]
+)
 def test_a_signal_to_dvc_repro_alone_stops_its_training_and_dvc_repro_resumes_exactly(
-    repo_copy: Path, long_reference: dict, signal_name: str
+    repo_copy: Path, long_reference: dict, launcher: str, signal_name: str
 ) -> None:
-    """As `timeout`, a supervisor, `kill PID` or a closed SSH session stop it: the signal reaches `dvc repro` only
-    (DVC does not forward it); the train stage's lifeline stops it, checkpointed, within a bounded time."""
+    """As `timeout`, a supervisor, `kill PID` or a closed SSH session stop it: the signal reaches the top process
+    only (`dvc repro`, which does not forward it, or `make run`, which passes SIGTERM to `dvc repro`); the train
+    stage's lifeline stops it, checkpointed, within a bounded time."""
     import psutil
     from conftest import DVC
 
     shutil.rmtree(repo_copy / "checkpoints")
     workdir(repo_copy, repo_copy, {"train": {"max_steps": 150}})
-    dvc = subprocess.Popen([DVC, "repro"], cwd=repo_copy, env=pipeline_env(), stdout=subprocess.PIPE,
+    command = [DVC, "repro"] if launcher == "dvc repro" else make_run(Path(DVC).parent)
+    top = subprocess.Popen(command, cwd=repo_copy, env=pipeline_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
-    wait_for_steps(dvc, repo_copy, 40)
-    started = psutil.Process(dvc.pid).children(recursive=True)
-    assert any("stages/train.py" in " ".join(p.cmdline()) for p in started), "no train stage under dvc"
-    dvc.send_signal(getattr(signal, signal_name))  # dvc alone, not its process group
-    output, _ = dvc.communicate(timeout=120)  # ends when the stage, which shares dvc's stdout, has exited too
+    wait_for_steps(top, repo_copy, 40)
+    started = psutil.Process(top.pid).children(recursive=True)
+    assert any("stages/train.py" in " ".join(p.cmdline()) for p in started), f"no train stage under {launcher}"
+    top.send_signal(getattr(signal, signal_name))  # the top process alone, not its process group
+    output, _ = top.communicate(timeout=120)  # ends when the stage, which shares its stdout, has exited too
     _, alive = psutil.wait_procs(started, timeout=30)
     assert not alive, [p.cmdline() for p in alive]
     assert "error: stopping: dvc repro" in output and "checkpoint written, exiting with 143" in output, output[-2000:]
