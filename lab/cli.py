@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
-from solomon import lifeline
+from solomon import lifeline, stage
 from solomon.cli.arguments import POSITIVE_FLOAT, POSITIVE_INT, add_root
 from solomon.errors import SolomonError, run_main
 from solomon.records import PARAMS_FILE
@@ -201,6 +202,18 @@ def _docs_nanogpt(args: argparse.Namespace) -> None:
 
 
 def _docs(args: argparse.Namespace) -> None:
+    if args.docs_command == "run":
+        stage.raise_on_stop_signals()  # so that a stopped page stops its queue (runner) and removes its scratch copy
+        lifeline.hold()  # its `dvc exp run`s and their stages die with this command
+    try:
+        _docs_pages(args)
+    except stage.Stopped as stopped:
+        name = signal.Signals(stopped.signum).name
+        print(f"error: stopped by {name}: the page's results are left as they were", file=sys.stderr)
+        sys.exit(128 + stopped.signum)
+
+
+def _docs_pages(args: argparse.Namespace) -> None:
     import tempfile
 
     from lab.experiments.render import render_page
@@ -209,8 +222,6 @@ def _docs(args: argparse.Namespace) -> None:
     from lab.experiments.spec import SPEC, load_spec, read_params
     from lab.nanogpt import page as nanogpt_page
 
-    if args.docs_command == "run":
-        lifeline.hold()  # its `dvc exp run`s and their stages die with this command
     root = Path(args.root).resolve()
     spec = load_spec(root / SPEC)
     pages = args.page or list(spec["pages"])

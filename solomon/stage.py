@@ -7,6 +7,7 @@ signals inside its loop (``solomon.train.signals``); this covers the rest of its
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -29,11 +30,17 @@ def _raise_stopped(signum: int, _frame) -> None:
     raise Stopped(signum)
 
 
+def raise_on_stop_signals() -> None:
+    """From now on SIGTERM and SIGHUP raise ``Stopped`` where this process is, so that what it started and staged
+    is undone on the way out (nohup's SIGHUP stays ignored)."""
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, _raise_stopped)
+
+
 def run_stage(main: Callable[[], object]) -> None:
     def guarded() -> None:
-        for signum in STOP_SIGNALS:
-            if signal.getsignal(signum) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
-                signal.signal(signum, _raise_stopped)
+        raise_on_stop_signals()
         lifeline.hold()
         try:
             main()
@@ -45,6 +52,11 @@ def run_stage(main: Callable[[], object]) -> None:
             print(f"error: stopped by {name}: the stage's previous outputs are left as they were", file=sys.stderr)
             sys.exit(128 + stopped.signum)
         except OSError as exc:
+            if _working_directory_gone():
+                raise SolomonError(
+                    "the stage's working directory was removed while it ran (`dvc queue kill` and `dvc queue stop "
+                    "--kill` remove a queued experiment's copy): nothing is left to write into"
+                ) from None
             if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
             raise SolomonError(
@@ -53,3 +65,10 @@ def run_stage(main: Callable[[], object]) -> None:
             ) from None
 
     run_main(guarded)
+
+
+def _working_directory_gone() -> bool:
+    try:
+        return not os.path.isdir(os.getcwd())
+    except FileNotFoundError:  # Linux's answer for a removed working directory
+        return True

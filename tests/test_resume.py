@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, digest, logged_steps, run_train, start_train, wait_for_steps, workdir
+from conftest import ROOT, digest, dvc, logged_steps, run_train, start_train, wait_for_steps, wait_until, workdir
 
 from solomon.pipeline import pipeline_env, stage_command
 from solomon.records import DETERMINISTIC_COLUMNS, EVAL_LOG, STEP_LOG
@@ -266,6 +266,51 @@ def test_a_kill_at_every_named_crash_point_resumes_to_the_same_bytes(repo_copy: 
     ] * 2
     assert sorted(p.name for p in (repo_copy / "checkpoints").iterdir()) == ["best", "index.json", "step-00000030.pt"]
     assert not list(repo_copy.glob(".models*")) and not list(repo_copy.glob("reports/.*.tmp"))
+
+
+@pytest.mark.long
+def test_a_killed_queue_task_stops_its_training_in_one_line(repo_copy: Path) -> None:
+    """A queued experiment trains in DVC's queue worker, a daemon that outlives the `dvc exp run --run-all` that
+    started it; `dvc queue stop --kill` ends its task and removes its copy of the workspace. Its train stage stops
+    within a bounded time (checked by PID), in one line, with no traceback."""
+    import psutil
+    from conftest import DVC
+
+    workdir(repo_copy, repo_copy, {"train": {"max_steps": 100_000, "early_stopping": {"patience": None}}})
+    # a queued run starts from the commit: commit the data stages' lock so that they restore, not rerun
+    for args in (["git", "add", "-A"], ["git", "commit", "-q", "-m", "the pipeline, built"]):
+        subprocess.run(args, cwd=repo_copy, env=pipeline_env(), capture_output=True, check=True)
+    dvc(repo_copy, "exp", "run", "--queue", "-n", "endless")
+    # the worker it starts is a daemon that would hold captured output open: it writes nowhere here
+    subprocess.run([DVC, "queue", "start"], cwd=repo_copy, env=pipeline_env(), stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True)  # fmt: skip
+    copies = repo_copy / ".dvc" / "tmp" / "exps"
+
+    def queued_stages() -> list[psutil.Process]:
+        return [
+            process
+            for process in psutil.process_iter(["cmdline", "cwd", "create_time"])
+            if "stages/train.py" in " ".join(process.info["cmdline"] or [])
+            and str(copies) in (process.info["cwd"] or "")
+        ]
+
+    wait_until(queued_stages, "the queued run's train stage", timeout=300)
+    stages = queued_stages()
+    assert len(stages) == 1, stages
+    copy, started = Path(stages[0].info["cwd"]), stages[0].info["create_time"]
+    log = copy / STEP_LOG  # the copy holds the commit's log until the stage rewrites it
+
+    def training() -> bool:
+        return log.exists() and log.stat().st_mtime > started and logged_steps(copy) >= 20
+
+    wait_until(training, "the queued run's step 20")
+    subprocess.run([DVC, "queue", "stop", "--kill"], cwd=repo_copy, env=pipeline_env(), stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=True)  # fmt: skip
+    _, alive = psutil.wait_procs(stages, timeout=30)
+    assert not alive, [process.pid for process in alive]
+    told = "\n".join(path.read_text(errors="replace") for path in (copies / "run").glob("*/*.out"))
+    assert "Traceback" not in told, told[-3000:]
+    assert "working directory was removed" in told or "checkpoint written, exiting with" in told, told[-3000:]
 
 
 def half_written(repo: Path) -> list[str]:

@@ -107,7 +107,12 @@ def _run_queued_page(spec: dict, page: str, source: Path, repo: Path, data_dir: 
     with staged_dir(data_dir) as tmp:
         runs = commands(spec, page, default_values(source))
         queue = {run: _measured_run(lines[0], repo) for run, lines in runs.items()}
-        whole = _measured_run(RUN_QUEUE, repo)
+        try:
+            whole = _measured_run(RUN_QUEUE, repo)
+        except BaseException:  # a stop signal (solomon.stage.Stopped), Ctrl-C, or a failure of the runner itself
+            # the queue's workers are DVC daemons that outlive `dvc exp run --run-all`: stop them and their stages
+            subprocess.run([dvc_executable(), "queue", "stop", "--kill"], cwd=repo, env=pipeline_env(), check=False)
+            raise
         for run, queued_line in queue.items():
             _dvc(["exp", "apply", experiment_name(spec, page, run)], repo)
             out = _keep_results(repo, tmp / run)
