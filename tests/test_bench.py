@@ -43,25 +43,25 @@ def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) 
     result = json.loads(record.read_text())
     throughput = result["throughput"]
     assert set(throughput["variants"]) == {"eager fp32", "eager fp32 muon", "eager bf16", "eager bf16 muon"}
-    if not bf16_matmul_native():  # an AVX2-only CPU: what computes in bf16 is left out, and said so
+    if bf16_matmul_native():
+        assert "| eager bf16" in done.stdout
+        assert throughput["variants"]["eager bf16 muon"]["optimizer"] == "muon" and "| eager bf16 muon" in done.stdout
+        assert set(throughput["gemm_peak_gflops"]) == set(throughput["matmul_ceiling_mfu"]) == {"fp32", "bf16"}
+    else:  # an AVX2-only CPU: what computes in bf16 is left out, and said so
         _assert_bf16_left_out(throughput, done.stdout)
-        assert result["stage"]["not_measured"] == NOT_NATIVE and f"train stage not timed: {NOT_NATIVE}" in done.stdout
-        return
-    assert "| eager bf16" in done.stdout and "share of loop wall" in done.stdout
-    assert throughput["variants"]["eager bf16 muon"]["optimizer"] == "muon" and "| eager bf16 muon" in done.stdout
-    assert set(throughput["gemm_peak_gflops"]) == {"fp32", "bf16"}
     assert all(peak > 0 for peak in throughput["gemm_peak_gflops"].values())
-    assert set(throughput["matmul_ceiling_mfu"]) == {"fp32", "bf16"}
-    profile = throughput["default_step_profile"]  # the default (eager bf16) step, operator by operator
+    # the default path as train.precision auto resolves here (fp32 with Muon without native bf16), operator by operator
+    profile = throughput["default_step_profile"]
     assert 3 <= len(profile) <= 10 and all(0 < op["share"] <= 1 for op in profile)
     assert any(op["op"] in MATMUL_OPS for op in profile)
     assert "where the default path's step time goes" in done.stdout
     in_step = throughput["in_step_matmul"]  # the step's matmul kernels, timed by the profiler inside a real step
     assert in_step["ms_per_step"] > 0 and 0 < in_step["of_peak"] < 2 and "the same matmuls inside" in done.stdout
     assert all(0 < ceiling < 2 for ceiling in throughput["matmul_ceiling_mfu"].values())
-    for variant in throughput["variants"].values():
+    for variant in (v for v in throughput["variants"].values() if "not_measured" not in v):
         assert variant["tokens_per_s"] > 0 and 0 < variant["mfu"] < 2 and variant["gflops"] > 0
-    stage = result["stage"]
+    stage = result["stage"]  # timed on any host: params.yaml's auto computes in what is fast here
+    assert "share of loop wall" in done.stdout
     assert stage["steps"] == 12 and set(stage["seconds"]) == {"eval_and_samples", "checkpoints", "tracking"}
     assert stage["seconds"]["eval_and_samples"] > 0 and stage["seconds"]["checkpoints"] > 0
     assert 0 < stage["overhead_share"] < 1
