@@ -171,7 +171,7 @@ def _doc_rows(model: type[BaseModel], prefix: str) -> list[str]:
 
 
 def _linked(text: str) -> str:
-    """docs/x.md references as links relative to the docs page."""
+    """docs/<page>.md references as links relative to the docs page."""
     words = [f"[{w[5:]}]({w[5:]})" if w.startswith("docs/") and w.endswith(".md") else w for w in text.split(" ")]
     return " ".join(words).replace("|", "\\|")
 

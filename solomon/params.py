@@ -289,7 +289,7 @@ class TrainParams(_Section):
     )
     batch_size: PositiveInt = Param(16, "sequences per optimiser step, across micro-batches and ranks")
     accum_steps: PositiveInt = Param(
-        1, "micro-batches per step; accum_steps × nproc must divide batch_size (docs/accumulation.md)"
+        1, "micro-batches per step; accum_steps × nproc must divide batch_size (docs/training.md)"
     )
     label_smoothing: float = Param(
         0.15,
@@ -310,7 +310,7 @@ class TrainParams(_Section):
     ema_decay: Fraction = Param(
         0.0,
         "decay of an exponential moving average of the weights, evaluated and saved in their place (0: none; "
-        "docs/averaging.md)",
+        "docs/training.md)",
     )
     beta1: Fraction = Param(0.9, "AdamW β1")
     beta2: Fraction = Param(0.95, "AdamW β2")
@@ -375,16 +375,16 @@ class LrParams(_Section):
 
     schedule: Literal["noam", "constant"] = Param(
         "constant",
-        "constant (peak held: warm-up–stable–decay with the cooldown; docs/full-scale.md), or noam (1/√s decay)",
+        "constant (peak held: warm-up–stable–decay with the cooldown; docs/training.md), or noam (1/√s decay)",
         before="noam",
     )
     peak: float = Param(
-        2e-3, "the learning rate at step lr.warmup (the optimiser sweep's best with Muon: docs/optimizer.md)", gt=0.0
+        2e-3, "the learning rate at step lr.warmup (the optimiser sweep's best with Muon: docs/training.md)", gt=0.0
     )
-    warmup: PositiveInt = Param(200, "steps of linear warm-up (docs/warmup.md)")
+    warmup: PositiveInt = Param(200, "steps of linear warm-up (docs/training.md)")
     cooldown: Fraction = Param(
         0.2,
-        "the last fraction of train.max_steps over which the rate falls linearly to zero (0: none; docs/sweep.md)",
+        "the last fraction of train.max_steps over which the rate falls linearly to zero (0: none; docs/training.md)",
         before=0.0,
     )
 

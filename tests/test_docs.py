@@ -4,6 +4,7 @@ render to, and the runner really runs `dvc exp run` commands and keeps what they
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -42,6 +43,24 @@ def test_every_page_is_what_its_results_render_to(tmp_path: Path) -> None:
             if then:
                 transcript = (data_dir(docs, page) / run / THEN_LOG).read_text().splitlines()
                 assert [line[2:] for line in transcript if line.startswith("$ ")] == then, f"{page}/{run} checks"
+
+
+# "docs/<page>.md" as text (a parameter's meaning, a docstring, a page); "git show <commit>:docs/<page>.md" is history
+NAMED_PAGE = re.compile(r"(?<![:\w/.-])docs/(?:[\w-]+/)*[\w.-]+\.md")
+
+
+def test_every_docs_page_named_in_the_code_and_docs_exists() -> None:
+    """A page removed or renamed leaves no mention behind: in the product, lab/, params.yaml or the docs."""
+    texts = [*ROOT.glob("solomon/**/*.py"), *ROOT.glob("lab/**/*.py"), *ROOT.glob("docs/*.md")]
+    texts += [ROOT / name for name in ("params.yaml", "README.md", "KNOWN_ISSUES.md", "Makefile", "Dockerfile")]
+    missing = sorted(
+        f"{path.relative_to(ROOT)}: {named}"
+        for path in texts
+        for named in set(NAMED_PAGE.findall(path.read_text(encoding="utf-8")))
+        if not (ROOT / named).is_file()
+    )
+    assert not missing, "\n".join(missing)
+    assert NAMED_PAGE.findall("(docs/training.md), `git show b984a43d:docs/sweep.md`") == ["docs/training.md"]
 
 
 def test_the_docs_index_links_every_page() -> None:
