@@ -6,7 +6,8 @@ module so that what the stage adds to its report (calibration) does not make DVC
 Each split is cut into consecutive windows of ``block_size`` + 1 tokens that overlap by one, so every token
 after the first is predicted exactly once. A subset of the split (the training loop's ``train.eval_tokens``) is
 windows spread evenly from its start to its end (``spread_windows``): the split's first tokens alone are one stretch
-of the corpus, not a sample of it, and scores apart from the whole split (`git show b984a43d:docs/full-scale.md` measured by how much).
+of the corpus, not a sample of it, and scores apart from the whole split (by how much:
+``git show b984a43d:docs/full-scale.md``).
 Bits per byte divides the summed loss (in bits) by the UTF-8 bytes of the predicted tokens, which makes it
 comparable across tokenizers.
 """
