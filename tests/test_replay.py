@@ -15,8 +15,9 @@ from conftest import dvc
 
 from lab.scratch import write_params
 from solomon.errors import SolomonError
-from solomon.machine import bf16_matmul_native
+from solomon.params import PARAMS_FILE, load_params
 from solomon.pipeline import pipeline_env
+from solomon.train.precision import for_this_host
 
 SOLOMON = str(Path(sys.executable).parent / "solomon")
 LOWER = {"AVX512": "avx2", "AVX2": "default"}  # ATEN_CPU_CAPABILITY one level below torch's capability here
@@ -73,7 +74,7 @@ def test_a_shorter_stretch_and_another_thread_count_are_named(built_repo: Path) 
     done = replay(built_repo, "--from-step", "20", "--steps", "5", "--threads", "2")
     assert done.returncode in (0, 3), done.stdout + done.stderr  # tiny matrices may not split across threads
     assert "steps 21-25" in done.stdout
-    precision = "bf16" if bf16_matmul_native() else "fp32"  # the tiny run's train.precision is auto
+    precision = for_this_host(load_params(built_repo / PARAMS_FILE).train)  # the run's setting, resolved here
     assert line(done.stdout, "recorded on:").endswith(f"threads 1, {precision}")
     assert line(done.stdout, "replayed on:").endswith(f"threads 2, {precision}")
 
