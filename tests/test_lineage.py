@@ -4,7 +4,7 @@ old server still runs, it fails, naming the registry link; from the answers alon
 proxy that makes it claim the second run's digest is caught by its answers, and so is `mlflow models serve` of the
 second run's model challenged as the first's. A server of a run the workspace has moved on from still loads it,
 from the DVC cache. `solomon lineage --export` from an export of each format: the same chain after the export
-link; a tampered export breaks it there."""
+link; a tampered export breaks it there. The chain challenges with the weights its manifest link verified."""
 
 from __future__ import annotations
 
@@ -14,16 +14,23 @@ import re
 import shutil
 import subprocess
 import urllib.request
+from dataclasses import replace
+from itertools import zip_longest
 from pathlib import Path
 
+import pytest
+import torch
 from conftest import dvc, flip_last_byte, latest_run_dir, wait_until
 from serve_helpers import SOLOMON, LyingProxy, free_port, request, start, stop, wait
 
 from lab.scratch import write_params
+from solomon import records
+from solomon.audit.verify import verify
 from solomon.export.gguf_file import export_gguf
 from solomon.export.hf import export_hf
-from solomon.lineage.export import export_lineage
+from solomon.lineage.chain import export_chain
 from solomon.pipeline import pipeline_env
+from solomon.serving.loader import load_from, load_verified
 
 # The tiny model is far above the default promote.max; any later run is allowed to become the champion.
 POLICY = {"promote": {"max": {"test.bits_per_byte": 8.0}, "tolerance": 0.99}}
@@ -164,7 +171,7 @@ def test_lineage_from_an_export_holds_for_each_format_and_breaks_at_a_tampered_o
         assert lines[0][13:].startswith(f"{export}: ") and "verified" in lines[0]
         assert run_dir.name in done.stdout and lines[-1] == "lineage holds: every link verified"
     gguf = export_gguf(run_dir, built_repo, tmp_path / "gguf").parent
-    assert [link for link, _ in export_lineage(gguf, built_repo)] == ["export", *RUN_LINKS]
+    assert [link for link, _ in export_chain(gguf, built_repo)] == ["export", *RUN_LINKS]
 
     flip_last_byte(hf / "model.safetensors")
     done = solomon(built_repo, "lineage", "--export", str(hf))
@@ -172,3 +179,20 @@ def test_lineage_from_an_export_holds_for_each_format_and_breaks_at_a_tampered_o
     assert done.stdout.startswith(f"lineage broken at export: {hf / 'model.safetensors'}: SHA256 mismatch")
     both = solomon(built_repo, "lineage", "--url", "http://127.0.0.1:9", "--export", str(mlflow_export))
     assert both.returncode == 2 and "not allowed with argument --url" in both.stderr, both.stderr
+
+
+def test_the_chain_loads_the_weights_its_manifest_link_verified_and_nothing_that_did_not_verify(
+    built_repo: Path,
+) -> None:
+    # server_chain verifies the whole run once and challenges with what that verification hashed (load_from): the
+    # same model as serving's own load_verified, and no load at all from a verification with a problem
+    run_dir = latest_run_dir(built_repo)
+    whole = verify(run_dir, built_repo)
+    assert not whole.problems
+    chained, served = load_from(whole), load_verified(run_dir, built_repo)
+    assert chained.files == served.files and chained.manifest_sha256 == served.manifest_sha256
+    assert all(torch.equal(a, b) for a, b in zip_longest(chained.model.parameters(), served.model.parameters()))
+    with pytest.raises(ValueError, match="without problems"):
+        load_from(replace(whole, problems=["weights: sha256 differs"]))
+    with pytest.raises(ValueError, match="without problems"):
+        load_from(verify(run_dir, built_repo, names={records.TOKENIZER}))  # the weights were not hashed

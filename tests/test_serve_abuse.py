@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from serve_helpers import SOLOMON, request, start, stop, wait
 
-from solomon.lineage.server import Broken, _http
+from solomon.lineage.client import Broken, http_json
 from solomon.pipeline import pipeline_env
 
 pytestmark = pytest.mark.slow
@@ -140,7 +140,7 @@ def test_lineage_meets_an_odd_server_with_one_line(reply: bytes, drip: float | N
     try:
         started = time.monotonic()
         with pytest.raises(Broken) as info:
-            _http(f"{server.url}/v1/provenance", timeout=3)
+            http_json(f"{server.url}/v1/provenance", timeout=3)
         assert time.monotonic() - started < 10
     finally:
         server.close()
@@ -151,7 +151,7 @@ def test_lineage_meets_an_odd_server_with_one_line(reply: bytes, drip: float | N
 @pytest.mark.parametrize("url", ["http://127.0.0.1:abc", "http://[::1"])
 def test_lineage_refuses_a_malformed_url_in_one_line(url: str) -> None:
     with pytest.raises(Broken, match="no JSON answer"):
-        _http(f"{url}/v1/provenance", timeout=3)
+        http_json(f"{url}/v1/provenance", timeout=3)
 
 
 def test_an_export_it_cannot_write_is_one_line_and_leaves_nothing(repo_copy: Path) -> None:

@@ -55,7 +55,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def _lineage(args: argparse.Namespace) -> None:
-    from solomon.lineage.server import Broken
+    from solomon.lineage.client import Broken
 
     root = Path(args.root)
     if args.export and args.model:
@@ -84,9 +84,9 @@ def _lineage(args: argparse.Namespace) -> None:
 
 
 def _export_chain(export_dir: Path, root: Path) -> list[tuple[str, str]]:
-    from solomon.lineage.export import export_lineage
+    from solomon.lineage.chain import export_chain
 
-    return export_lineage(export_dir, root)
+    return export_chain(export_dir, root)
 
 
 def _reference(args: argparse.Namespace, root: Path) -> str:
@@ -98,13 +98,14 @@ def _reference(args: argparse.Namespace, root: Path) -> str:
 
 
 def _server_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
-    from solomon.lineage.server import lineage
+    from solomon.lineage.chain import server_chain
 
-    return lineage(args.url, _reference(args, root), root, args.precision, args.tolerance)
+    return server_chain(args.url, _reference(args, root), root, args.precision, args.tolerance)
 
 
 def _answers_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]]:
-    from solomon.lineage.server import Broken, answers_link
+    from solomon.lineage.challenge import answers_link, load_run
+    from solomon.lineage.client import Broken
 
     if args.run or args.run_option:
         run_dir = run_of(args)
@@ -115,11 +116,11 @@ def _answers_chain(args: argparse.Namespace, root: Path) -> list[tuple[str, str]
             run_dir = resolve(_reference(args, root), root).run_dir
         except Exception as exc:
             raise Broken("registry", f"{exc} (or name the run: --run)") from None
-    return [("run", str(run_dir)), answers_link(args.url, run_dir, root, None, args.precision, args.tolerance)]
+    return [("run", str(run_dir)), answers_link(args.url, load_run(run_dir, root), args.precision, args.tolerance)]
 
 
 def _identify(args: argparse.Namespace, root: Path) -> None:
-    from solomon.lineage.server import identify
+    from solomon.lineage.challenge import identify
     from solomon.params import runs_root
 
     base = root / runs_root(root)

@@ -19,7 +19,7 @@ import torch
 from tokenizers import Tokenizer
 
 from solomon import __version__, records
-from solomon.audit.verify import require_verified, summary
+from solomon.audit.verify import Result, require_verified, summary
 from solomon.data.tokens import load_tokenizer
 from solomon.model import weights
 from solomon.model.gpt import GPT
@@ -89,7 +89,17 @@ def load_verified(
     result = require_verified(
         run_dir, root, f"refusing to load {run_dir}", names=set(LOADED), expect_digest=expect_digest, dvc_lock=dvc_lock
     )
-    files = result.files
+    return load_from(result, threads, registry, precision)
+
+
+def load_from(
+    result: Result, threads: int = 1, registry: dict | None = None, precision: str = DEFAULT_PRECISION
+) -> Served:
+    """What serving needs, loaded from the paths a verification without problems hashed (``load_verified``'s, or a
+    caller's that verified the whole run already, as ``solomon lineage`` does)."""
+    if result.problems or not set(LOADED) <= result.files.keys():
+        raise ValueError(f"load_from takes a verification of {', '.join(LOADED)} without problems")
+    files = {name: result.files[name] for name in LOADED}
     hyper = read_yaml(files[RunFiles.HYPERPARAMETERS])
     configure_torch(threads)
     model = in_precision(weights.load_files(files[records.MODEL_CONFIG], files[records.WEIGHTS]), precision)
