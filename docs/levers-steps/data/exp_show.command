@@ -1,0 +1,1 @@
+dvc exp show --md --only-changed --drop 'Created$|State$|Executor$|.*/|.*\.(json|lock|py)$|(models|anchors|corpus)$'
