@@ -3,6 +3,7 @@ run here outside a container on the image's file layout, rebuilt from the Docker
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -119,3 +120,42 @@ def test_the_serving_lock_is_requirements_locks_pins_without_the_pipeline_or_tes
     left_out = {"dvc", "mlflow", "matplotlib", "pytest", "transformers", "ruff", "gguf", "model-signing"}
     left_out |= {"schemathesis", "hypothesis"}  # the fuzz's: check-only
     assert not left_out & set(serve)
+
+
+# What the image runs: `solomon verify` at build time, `solomon serve` as its entry point.
+IMAGE_MODULES = ("solomon.cli", "solomon.audit.verify", "solomon.serving.server", "solomon.serving.app")
+
+
+def test_every_package_the_images_commands_import_is_in_the_serving_lock() -> None:
+    """Each third-party module that a module of `solomon verify` / `solomon serve` imports at its top level comes from
+    a distribution pinned in requirements-serve.lock: the image installs that lock alone, so a missing one (psutil,
+    once) breaks the image's build and nothing else."""
+    from importlib.metadata import packages_distributions
+
+    listing = "import json, sys\n" + "".join(f"import {m}\n" for m in IMAGE_MODULES)
+    listing += "print(json.dumps([m.__file__ for n, m in sys.modules.items() if n.split('.')[0] == 'solomon']))"
+    done = subprocess.run([sys.executable, "-c", listing], capture_output=True, text=True, check=True)
+    files = json.loads(done.stdout)
+    imported: dict[str, set[str]] = {}
+    for file in files:
+        for node in ast.parse(Path(file).read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                imported.setdefault(name.split(".")[0], set()).add(Path(file).name)
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    lock = (ROOT / "requirements-serve.lock").read_text(encoding="utf-8")
+    pinned = {norm(name) for name in re.findall(r"^([A-Za-z0-9._-]+)==", lock, re.M)}
+    providers = packages_distributions()
+    own = sys.stdlib_module_names | {"__future__", "solomon"}
+    third_party = {m: who for m, who in imported.items() if m not in own}
+    assert len(third_party) >= 5  # torch, numpy, fastapi, ... : the walk saw the serving modules
+    missing = {m: sorted(who) for m, who in third_party.items() if not {norm(d) for d in providers.get(m, [])} & pinned}
+    assert missing == {}, f"add these to requirements-serve.in and run `make lock`: {missing}"
