@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT, flip_last_byte, latest_run_dir
+from packaging.utils import canonicalize_name
 from serve_helpers import free_port, request, wait
 
 from solomon.pipeline import pipeline_env
@@ -103,16 +104,15 @@ def test_what_the_image_runs_works_on_its_layout(built_repo: Path, tmp_path: Pat
     assert done.returncode == 2 and "refusing to load" in done.stderr
 
 
+def pins(name: str) -> dict[str, str]:
+    """A lock's pins: each distribution's name to its whole block (version and hashes)."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    return {m[1]: m[0] for m in re.finditer(r"^([a-z0-9._-]+)==\S+(?: \\\n(?:    --hash=\S+(?: \\)?\n)+)", text, re.M)}
+
+
 def test_the_serving_lock_is_requirements_locks_pins_without_the_pipeline_or_test_tools() -> None:
     """The image installs requirements-serve.lock: each of its pins (version and hashes) is requirements.lock's,
     and none of DVC, the full MLflow server, the report's plotting, the export checkers or the test tools."""
-
-    def pins(name: str) -> dict[str, str]:
-        text = (ROOT / name).read_text(encoding="utf-8")
-        return {
-            m[1]: m[0] for m in re.finditer(r"^([a-z0-9._-]+)==\S+(?: \\\n(?:    --hash=\S+(?: \\)?\n)+)", text, re.M)
-        }
-
     serve, full = pins("requirements-serve.lock"), pins("requirements.lock")
     runtime = {"torch", "tokenizers", "safetensors", "fastapi", "uvicorn", "mlflow-skinny", "prometheus-client"}
     assert runtime <= set(serve)
@@ -128,8 +128,8 @@ IMAGE_MODULES = ("solomon.cli", "solomon.audit.verify", "solomon.serving.server"
 
 def test_every_package_the_images_commands_import_is_in_the_serving_lock() -> None:
     """Each third-party module that a module of `solomon verify` / `solomon serve` imports at its top level comes from
-    a distribution pinned in requirements-serve.lock: the image installs that lock alone, so a missing one (psutil,
-    once) breaks the image's build and nothing else."""
+    a distribution pinned in requirements-serve.lock: the image installs that lock alone, so a missing one breaks the
+    image's build and nothing else."""
     from importlib.metadata import packages_distributions
 
     listing = "import json, sys\n" + "".join(f"import {m}\n" for m in IMAGE_MODULES)
@@ -148,14 +148,11 @@ def test_every_package_the_images_commands_import_is_in_the_serving_lock() -> No
             for name in names:
                 imported.setdefault(name.split(".")[0], set()).add(Path(file).name)
 
-    def norm(name: str) -> str:
-        return re.sub(r"[-_.]+", "-", name).lower()
-
-    lock = (ROOT / "requirements-serve.lock").read_text(encoding="utf-8")
-    pinned = {norm(name) for name in re.findall(r"^([A-Za-z0-9._-]+)==", lock, re.M)}
+    pinned = {canonicalize_name(name) for name in pins("requirements-serve.lock")}
     providers = packages_distributions()
     own = sys.stdlib_module_names | {"__future__", "solomon"}
     third_party = {m: who for m, who in imported.items() if m not in own}
     assert len(third_party) >= 5  # torch, numpy, fastapi, ... : the walk saw the serving modules
-    missing = {m: sorted(who) for m, who in third_party.items() if not {norm(d) for d in providers.get(m, [])} & pinned}
+    provided = {m: {canonicalize_name(d) for d in providers.get(m, [])} for m in third_party}
+    missing = {m: sorted(who) for m, who in third_party.items() if not provided[m] & pinned}
     assert missing == {}, f"add these to requirements-serve.in and run `make lock`: {missing}"
