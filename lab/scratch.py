@@ -18,7 +18,7 @@ from solomon.records import PARAMS_FILE
 
 LAB_ROOT = Path(__file__).resolve().parents[1]  # the checkout that holds lab/
 # The pipeline's own files; data/, models/ and reports/ are produced in the copy.
-PIPELINE_FILES = ("dvc.yaml", PARAMS_FILE, "requirements.lock", "stages", "solomon", "corpus", ".dvcignore")
+PIPELINE_FILES = ("dvc.yaml", PARAMS_FILE, "requirements.lock", "stages", "solomon", "corpus", "tasks", ".dvcignore")
 
 
 def lab_env() -> dict[str, str]:

@@ -400,6 +400,19 @@ class EvalParams(_Section):
     calibration_bins: int = Param(
         15, "bins of equal token count (by top-1 confidence) of the ECE, MCE and reliability diagram", ge=2
     )
+    tasks: list[Annotated[str, Field(min_length=1)]] = Param(
+        ["tasks/solomon_heldout.yaml", "tasks/solomon_next_line.yaml"],
+        "lm-eval task files (repository paths) the evaluate stage scores the model on, local data only "
+        "(docs/scores.md)",
+        before=[],
+    )
+
+    @field_validator("tasks")
+    @classmethod
+    def _distinct_tasks(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a task file is named twice")
+        return value
 
 
 class ReportParams(_Section):

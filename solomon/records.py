@@ -50,6 +50,10 @@ RELIABILITY_DIR = f"{REPORTS_DIR}/reliability"
 LATEST = f"{REPORTS_DIR}/latest.json"
 SPLITS = ("val", "test")  # the held-out splits
 CALIBRATION = "calibration"  # metrics.json's section beside the splits: the temperature fitted on val, test with it
+TASKS = "tasks"  # metrics.json's section of benchmark scores (lm-eval), one entry per task
+TASK_DATA_DIR = "data/tasks"  # the built-in tasks' data, made from the test split by the evaluate stage
+# A sample of each task's scored requests (token ids and the log-likelihood each earned): `solomon score` replays it
+TASK_REQUESTS = f"{REPORTS_DIR}/task_requests.jsonl"
 
 MODEL_FILES = (WEIGHTS, MODEL_CONFIG)  # what the registry version stands for
 SERVING_FILES = (WEIGHTS, MODEL_CONFIG, TOKENIZER)  # what a server or `solomon generate` loads
@@ -82,6 +86,12 @@ class RunFiles:
     EVAL_LOG = "train_evals.jsonl"
     DATACARD_MD = "datacard.md"
     DATACARD_JSON = "datacard.json"
+    TASK_REQUESTS = "task_requests.jsonl"
+
+    @staticmethod
+    def task_config(task: str) -> str:
+        """The run directory's copy of a scored task's YAML file."""
+        return f"task_{task}.yaml"
 
     @staticmethod
     def reliability(split: str) -> str:
@@ -98,6 +108,7 @@ RECORD_FILES = {
     "datacard_md": (DATACARD_MD, RunFiles.DATACARD_MD),
     "datacard_json": (DATACARD_JSON, RunFiles.DATACARD_JSON),
     **{f"reliability_{split}": (reliability_path(split), RunFiles.reliability(split)) for split in SPLITS},
+    "task_requests": (TASK_REQUESTS, RunFiles.TASK_REQUESTS),
 }
 
 # The role each run-directory file plays in the manifest (any other file, e.g. a chart, is a "report").
@@ -113,7 +124,17 @@ RUN_FILE_ROLES = {
     RunFiles.TRAIN_RUN: "provenance",
     RunFiles.STEP_LOG: "training-log",
     RunFiles.EVAL_LOG: "training-log",
+    RunFiles.TASK_REQUESTS: "metrics",
 }
+TASK_CONFIG_ROLE = "task-config"  # a run directory's task_<name>.yaml
+TASK_DATA_ROLE = "task-data"  # a data file a scored task read (a workspace subject)
+
+
+def run_file_role(name: str) -> str:
+    """The manifest role of a run directory's file ``name`` (a chart or any other file: "report")."""
+    if name.startswith("task_") and name.endswith(".yaml"):
+        return TASK_CONFIG_ROLE
+    return RUN_FILE_ROLES.get(name, "report")
 
 
 def read_reliability(run_dir: Path) -> dict[str, list[dict]] | None:

@@ -1,10 +1,11 @@
-"""Stage evaluate: val and test loss, perplexity, bits per byte, accuracy, ECE and MCE → metrics.json; the
-reliability diagram's bins → <reliability_dir>/{val,test}.json."""
+"""Stage evaluate: val and test loss, perplexity, bits per byte, accuracy, ECE and MCE, and the benchmark tasks'
+scores (eval.tasks, run by lm-eval) → metrics.json; the reliability diagram's bins → <reliability_dir>/{val,test}.json;
+the built-in tasks' data → <task_data_dir>; a sample of each task's scored requests → <task_requests>."""
 
 import argparse
 from pathlib import Path
 
-from solomon.evaluation.evaluate import evaluate
+from solomon.evaluation.evaluate import TaskPaths, evaluate
 from solomon.params import load_params
 from solomon.stage import run_stage
 
@@ -13,6 +14,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     for name in ("model_dir", "tokens_dir", "tokenizer_path", "metrics_path", "reliability_dir"):
         parser.add_argument(name, type=Path)
+    for name in ("--corpus-dir", "--task-data-dir", "--task-requests"):
+        parser.add_argument(name, type=Path, required=True)
     args = parser.parse_args()
     metrics = evaluate(
         load_params().eval,
@@ -21,6 +24,7 @@ def main() -> None:
         args.tokenizer_path,
         args.metrics_path,
         args.reliability_dir,
+        TaskPaths(args.corpus_dir, args.task_data_dir, Path.cwd(), args.task_requests),
     )
     print(f"evaluate: {metrics}")
 

@@ -1,11 +1,12 @@
 """The run's SHA256 manifest: an in-toto Statement v1 over every artifact of the run.
 
-Subjects are the weights, the tokenizer, the raw corpus, the prepared and encoded splits, the replay anchors
-(found in the workspace, or in the DVC cache once the workspace has moved on) and the files of the run directory
-itself. The predicate says how they were made: git commit, dvc.lock and its stage entries, requirements.lock,
-versions, the machine (CPU, its kind: what selects the kernels, ``solomon.machine``), threads, seeds, the MLflow
-run, times. ``manifest.json`` is canonical JSON (sorted keys, two-space
-indent, UTF-8, one trailing newline), so its SHA256 — the run's identity — is a function of its content alone.
+Subjects are the weights, the tokenizer, the raw corpus, the prepared and encoded splits, the replay anchors, the
+data files of the scored benchmark tasks (found in the workspace, or in the DVC cache once the workspace has moved
+on) and the files of the run directory itself, the scored tasks' files among them. The predicate says how they were
+made: git commit, dvc.lock and its stage entries, requirements.lock, versions, the machine (CPU, its kind: what
+selects the kernels, ``solomon.machine``), threads, seeds, the MLflow run, times. ``manifest.json`` is canonical
+JSON (sorted keys, two-space indent, UTF-8, one trailing newline), so its SHA256 — the run's identity — is a
+function of its content alone.
 
 ``index.html`` and ``README.md`` show that digest, so they are views outside the manifest; everything they
 show comes from files it covers. The subject names are relative POSIX paths: a run directory's files by their
@@ -31,7 +32,7 @@ from solomon.atomic import canonical_json
 from solomon.hashing import sha256_file
 from solomon.machine import cpu_model, describe
 from solomon.params import read_yaml
-from solomon.records import RUN_FILE_ROLES, RunFiles
+from solomon.records import RunFiles, run_file_role
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "urn:solomon:training-run:v1"
@@ -97,10 +98,16 @@ def workspace_subjects(root: Path, corpus_files: list[tuple[str, Path]]) -> list
     return subjects
 
 
+def task_data_subjects(root: Path, tasks: dict) -> list[Subject]:
+    """The data files the scored tasks read (metrics.json's ``tasks`` section), by repository path."""
+    names = sorted({name for section in tasks.values() for name in section.get("data_sha256", {})})
+    return [Subject(name, records.TASK_DATA_ROLE, WORKSPACE, root / name) for name in names]
+
+
 def run_subjects(run_dir: Path) -> list[Subject]:
     """Every file of the run directory except the manifest and the pages that show its digest."""
     return [
-        Subject(path.name, RUN_FILE_ROLES.get(path.name, "report"), RUN, path)
+        Subject(path.name, run_file_role(path.name), RUN, path)
         for path in sorted(run_dir.iterdir())
         if path.is_file() and path.name not in NOT_SUBJECTS
     ]

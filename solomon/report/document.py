@@ -9,7 +9,7 @@ from markdown_it import MarkdownIt
 from tabulate import tabulate
 
 from solomon.params import flatten
-from solomon.records import CALIBRATION, RunFiles
+from solomon.records import CALIBRATION, TASKS, RunFiles
 
 Table = tuple[list[str], list[list]]
 
@@ -19,9 +19,25 @@ def key_value_table(mapping: dict) -> Table:
 
 
 def metrics_table(metrics: dict) -> Table:
-    splits = {split: values for split, values in metrics.items() if split != CALIBRATION}
+    splits = {split: values for split, values in metrics.items() if split not in (CALIBRATION, TASKS)}
     names = list(next(iter(splits.values())))
     return ["split", *names], [[split, *(values[n] for n in names)] for split, values in splits.items()]
+
+
+def task_tables(metrics: dict) -> dict[str, Table]:
+    """The benchmark tasks' scores, a row per task and metric (none for a run scored before tasks existed)."""
+    tasks = metrics.get(TASKS)
+    if not tasks:
+        return {}
+    rows = [
+        [task, name, value, section.get(f"{name}_stderr"), section["n"], section["task_sha256"][:12]]
+        for task, section in tasks.items()
+        for name, value in section.items()
+        if isinstance(value, int | float) and name != "n" and not name.endswith("_stderr")
+    ]
+    version = next(iter(tasks.values()))["lm_eval"]
+    title = f"Benchmark tasks (lm-eval {version}; the task files are task_<name>.yaml here)"
+    return {title: (["task", "metric", "value", "stderr", "n", "task file SHA256"], rows)}
 
 
 def calibration_tables(metrics: dict, reliability: dict[str, list[dict]] | None, split: str = "test") -> dict:

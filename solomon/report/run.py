@@ -23,7 +23,16 @@ from solomon.errors import SolomonError
 from solomon.git_origin import git_state, uncommitted_note
 from solomon.hashing import sha256_file
 from solomon.params import Params, read_yaml
-from solomon.records import RECORD_FILES, RunFiles, latest_record, read_evals, read_json, read_reliability, read_steps
+from solomon.records import (
+    RECORD_FILES,
+    TASKS,
+    RunFiles,
+    latest_record,
+    read_evals,
+    read_json,
+    read_reliability,
+    read_steps,
+)
 from solomon.report import charts, document
 from solomon.rng import STREAMS, stream_seed
 
@@ -106,13 +115,31 @@ def create_run(
         write_json(tmp / RunFiles.RUN_INFO, run_info)
         charts.write_pngs(rows, evals, tmp, hyperparameters, read_reliability(tmp))
 
+        tasks = read_json(tmp / RunFiles.METRICS).get(TASKS, {})
+        copy_task_files(provenance.repo_root, tasks, tmp)
         subjects = manifest.workspace_subjects(provenance.repo_root, provenance.corpus_files)
+        subjects += manifest.task_data_subjects(provenance.repo_root, tasks)
         statement = manifest.build(subjects + manifest.run_subjects(tmp), _predicate(params, run_info, provenance, now))
         write_bytes(tmp / RunFiles.MANIFEST, manifest.encode(statement))
 
         render_pages(tmp)
     write_json(latest_path, latest_record(run_id, root))
     return target
+
+
+def copy_task_files(root: Path, tasks: dict, run_dir: Path) -> None:
+    """Each scored task's YAML into the run directory, as scored: a task file edited since the evaluate stage ran
+    is refused (its scores are not this file's), as is a data file."""
+    for name, section in tasks.items():
+        source = root / section["task_file"]
+        recorded = {section["task_file"]: section["task_sha256"], **section.get("data_sha256", {})}
+        for path, digest in recorded.items():
+            if not (root / path).is_file() or sha256_file(root / path) != digest:
+                raise SolomonError(
+                    f"{path}: not the file task {name} was scored with (changed or gone since the evaluate stage): "
+                    "rerun it with `dvc repro evaluate`"
+                )
+        shutil.copyfile(source, run_dir / RunFiles.task_config(name))
 
 
 def render_pages(run_dir: Path) -> None:
@@ -144,6 +171,7 @@ def render_pages(run_dir: Path) -> None:
     tables = {
         "Held-out metrics": document.metrics_table(metrics),
         **document.calibration_tables(metrics, reliability),
+        **document.task_tables(metrics),
         "Training": document.key_value_table(train_metrics),
         **({"How the training ran": document.key_value_table(train_run)} if train_run else {}),
         "Evaluations during training (fixed validation subset)": (

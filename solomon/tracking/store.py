@@ -41,6 +41,7 @@ from mlflow.utils.mlflow_tags import (
 from solomon.errors import SolomonError, first_line
 from solomon.git_origin import git_state
 from solomon.params import flatten
+from solomon.records import TASKS
 
 # The embedded store at the workspace root: where the stages log and `solomon promote` registers unless
 # MLFLOW_TRACKING_URI names another store, and what `solomon track server` serves unless told another backend.
@@ -293,13 +294,21 @@ def history_metrics(steps: list[dict], evals: list[dict], start_ms: int) -> list
 
 def held_out_metrics(metrics: dict) -> dict[str, float]:
     """Every number of ``metrics.json`` (``{split: {name: value}}``) as the metric ``<split>/<name>``: loss,
-    perplexity, bits per byte, accuracy, ECE, MCE, and the tokens and bytes they were measured on."""
-    return {
-        f"{split}/{name}": float(value)
+    perplexity, bits per byte, accuracy, ECE, MCE, and the tokens and bytes they were measured on; each benchmark
+    task's scores (``{"tasks": {task: {name: value}}}``) as ``tasks/<task>/<name>``."""
+    flat = {
+        f"{split}/{name}": value
         for split, values in metrics.items()
+        if split != TASKS
         for name, value in values.items()
-        if isinstance(value, int | float) and not isinstance(value, bool)
     }
+    flat |= {
+        f"{TASKS}/{task}/{name}": value
+        for task, values in metrics.get(TASKS, {}).items()
+        for name, value in values.items()
+    }
+    numbers = {key: value for key, value in flat.items() if isinstance(value, int | float)}
+    return {key: float(value) for key, value in numbers.items() if not isinstance(value, bool)}
 
 
 def corpus_dataset(datacard: dict) -> DatasetInput | None:
