@@ -43,6 +43,7 @@ class Scored:
     context: int
     loglikelihood: float
     greedy: bool
+    cut: bool = False  # the continuation did not fit the window: its first tokens were not scored
 
 
 def _lm_class():
@@ -91,7 +92,8 @@ def _lm_class():
                     targets = torch.tensor(sequence[-n:])
                     earned = rows.gather(1, targets[:, None])[:, 0]
                     greedy = bool((rows.argmax(dim=-1) == targets).all())
-                    results[i] = Scored(sequence, len(sequence) - n, float(earned.sum()), greedy)
+                    cut = n < len(pairs[i][1])
+                    results[i] = Scored(sequence, len(sequence) - n, float(earned.sum()), greedy, cut)
             self.scored += results
             return results
 
@@ -229,6 +231,9 @@ def _score(spec: str, path: Path, config: dict, root: Path, lm) -> TaskScore:
     section = {
         **_metrics(result["results"][name]),
         "n": int(result["n-samples"][name]["effective"]),
+        # scored sequences whose continuation was longer than the model's context: only its last tokens were scored
+        # (lm-eval's hf and local-completions models refuse such an item)
+        "cut": sum(s.cut for s in lm.scored),
         "task_file": spec,
         "task_sha256": sha256_file(path),
         "data_sha256": {f: sha256_file(root / f) for f in data_files(config)},

@@ -143,10 +143,10 @@ class Server:
             job = job_for(served, parse(await read_body(request, limits.max_body_bytes, limits.timeout_s)), limits)
         except RequestError as exc:
             return error(exc.status, exc.message, exc.param)
-        if self.pending + job.n > limits.slots + limits.queue:
-            return self.busy(job.n)
-        self.pending += job.n
-        self.metrics.prompt_tokens.inc(len(job.prompt_ids))
+        if self.pending + job.sequences > limits.slots + limits.queue:
+            return self.busy(job.sequences)
+        self.pending += job.sequences
+        self.metrics.prompt_tokens.inc(sum(len(prompt.ids) for prompt in job.prompts))
         finished = partial(self.finished, arrived)
         running = Running(
             self.engine, self.handoff, served, job, arrived, limits.timeout_s, finished, self.metrics.generated

@@ -17,7 +17,8 @@ from solomon.serving.loader import Served
 class Choice:
     def __init__(self, served: Served, job: Job, index: int) -> None:
         self.tokenizer, self.stops, self.top, self.index = served.tokenizer, job.stops, job.logprobs, index
-        self.head = job.prompt if job.echo else ""
+        self.prompt_ids, self.echo = job.prompt_of(index).ids, job.echo
+        self.head = job.prompt_of(index).text if job.echo else ""
         self.ids: list[int] = []
         self.text = ""  # the completion, cut at a stop string
         self.uncut = ""  # every generated token decoded
@@ -25,13 +26,14 @@ class Choice:
         self.logprobs = None if job.logprobs is None else {k: [] for k in ENTRIES}
         self.sent_chars = self.sent_entries = 0
 
-    def prompt(self, job: Job, logits: torch.Tensor) -> None:
+    def prompt(self, logits: torch.Tensor) -> None:
         """The echoed prompt's entries: row j of ``logits`` (the prefill window) scores the window's token j + 1."""
-        if self.logprobs is None or not job.echo:
+        if self.logprobs is None or not self.echo:
             return
-        start = len(job.prompt_ids) - len(logits)
-        for p, token in enumerate(job.prompt_ids):
-            offset = len(self.tokenizer.decode(job.prompt_ids[:p]))
+        ids = self.prompt_ids
+        start = len(ids) - len(logits)
+        for p, token in enumerate(ids):
+            offset = len(self.tokenizer.decode(ids[:p]))
             self._entry(token, logits[p - 1 - start] if p - 1 >= start else None, offset)
 
     def add(self, token: int, logits: torch.Tensor) -> bool:
@@ -102,7 +104,8 @@ def _envelope(served: Served, completion_id: str, created: int) -> dict:
 
 
 def usage(job: Job, choices: list[Choice]) -> dict:
-    prompt_tokens, completion_tokens = len(job.prompt_ids), sum(len(choice.ids) for choice in choices)
+    prompt_tokens = sum(len(prompt.ids) for prompt in job.prompts)
+    completion_tokens = sum(len(choice.ids) for choice in choices)
     total = prompt_tokens + completion_tokens
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": total}
 

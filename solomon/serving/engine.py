@@ -179,6 +179,8 @@ class Engine:
 
     def _take(self, slot: int, sequence: Sequence, logits: torch.Tensor) -> None:
         """Draw the slot's next token from ``logits``, hand it on, and free the slot when the sequence is done."""
+        if sequence.max_tokens == 0:  # the prompt scored (``on_prompt``), nothing to generate
+            return self._end(slot, "length")
         token = next_token(logits, sequence.temperature, sequence.top_k, sequence.generator, sequence.top_p)
         if token == sequence.stop_id:
             return self._end(slot, "stop")

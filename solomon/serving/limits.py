@@ -31,6 +31,9 @@ def _limit(default: float, help: str, option: str | None = None, **bounds: float
 @dataclass(frozen=True)
 class Limits:
     max_prompt_tokens: int = _limit(256, "the longest prompt a request may send, in tokens", at_least=1)
+    max_request_tokens: int = _limit(
+        4096, "the most prompt tokens one request may send, all its prompts together", at_least=1
+    )
     max_tokens: int = _limit(256, "the cap on a request's max_tokens", at_least=1)
     max_body_bytes: int = _limit(64 * 1024, "the largest request body, in bytes", at_least=1)
     slots: int = _limit(16, "sequences generated at once, each in its own KV cache: the decode batch", at_least=1)

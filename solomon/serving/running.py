@@ -1,6 +1,6 @@
-"""A completion in the engine, heard on the event loop: its choices submitted as sequences (choice i seeded with
-seed + i), each token's text handed over from the engine's thread, and the answer as one JSON body or as
-server-sent events in OpenAI's streamed completions format, ending with ``data: [DONE]``.
+"""A completion in the engine, heard on the event loop: its choices submitted as sequences (prompt-major, each prompt's
+choice j seeded with seed + j), each token's text handed over from the engine's thread, and the answer as one JSON
+body or as server-sent events in OpenAI's streamed completions format, ending with ``data: [DONE]``.
 
 Hand-overs are coalesced twice, since at 16 streams each decode step draws 16 tokens: one wake-up of the event
 loop carries every event the engine posted since the last (``Handoff``), and a stream sends the pieces of one
@@ -72,7 +72,7 @@ class Running:
         ``arrived``: the first)."""
         self.served, self.job = served, job
         self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        self.choices = [Choice(served, job, index) for index in range(job.n)]
+        self.choices = [Choice(served, job, index) for index in range(job.sequences)]
         self.events: asyncio.Queue = asyncio.Queue()
 
         def send(event: tuple, finished: bool = False) -> None:  # on the engine's thread
@@ -101,9 +101,9 @@ class Running:
             send((choice.index, *choice.take(final=True), reason), finished=True)
 
         return Sequence(
-            job.prompt_ids, job.max_tokens, job.temperature, job.top_k, job.seed_of(choice.index), token, finish,
+            choice.prompt_ids, job.max_tokens, job.temperature, job.top_k, job.seed_of(choice.index), token, finish,
             top_p=job.top_p, stop_id=self.served.stop_id, deadline=deadline,
-            on_prompt=(lambda logits: choice.prompt(job, logits)) if job.echo and job.logprobs is not None else None,
+            on_prompt=choice.prompt if job.echo and job.logprobs is not None else None,
         )  # fmt: skip
 
     def _hear(self, event: tuple, finished: bool, on_finish: Callable[[], None]) -> None:
