@@ -404,7 +404,6 @@ class EvalParams(_Section):
         ["tasks/solomon_heldout.yaml", "tasks/solomon_next_line.yaml"],
         "lm-eval task files (repository paths) the evaluate stage scores the model on, local data only "
         "(docs/scores.md)",
-        before=[],
     )
 
     @field_validator("tasks")

@@ -3,6 +3,7 @@ scores (eval.tasks, run by lm-eval) → metrics.json; the reliability diagram's 
 the built-in tasks' data → <task_data_dir>; a sample of each task's scored requests → <task_requests>."""
 
 import argparse
+import os
 from pathlib import Path
 
 from solomon.evaluation.evaluate import TaskPaths, evaluate
@@ -17,6 +18,7 @@ def main() -> None:
     for name in ("--corpus-dir", "--task-data-dir", "--task-requests"):
         parser.add_argument(name, type=Path, required=True)
     args = parser.parse_args()
+    os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's progress bars: noise in the stage's log
     metrics = evaluate(
         load_params().eval,
         args.model_dir,

@@ -41,6 +41,7 @@ RUN_COMMANDS = {
     "serve",
     "replay",
     "lineage",
+    "score",
     "track sync",
     "track register",
 }

@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 import random
+import shutil
 import subprocess
 import sys
 import unicodedata
@@ -440,6 +441,7 @@ def workdir(tmp_path: Path) -> Path:
         (previous / f"{split}.parquet").write_bytes(f"earlier {split}".encode())
     (previous / "summary.json").write_text('{"earlier": true}\n')
     (tmp_path / "corpus").mkdir()
+    shutil.copytree(ROOT / "tasks", tmp_path / "tasks")  # the check stage reads eval.tasks' files
     return tmp_path
 
 

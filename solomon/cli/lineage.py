@@ -1,5 +1,6 @@
 """`solomon lineage`: from a live server (or an export) back to its registry version, manifest, run, weights and
-corpus, and the answers it gives checked against a run's verified weights (solomon/lineage/)."""
+corpus, and the answers it gives checked against a run's verified weights; `solomon score`: whether a live server
+earns a run's recorded benchmark scores (solomon/lineage/)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,56 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_run_arguments(parser)  # with --answers-only: the run the server is challenged against
     parser.set_defaults(func=_lineage)
+    _register_score(commands)
+
+
+def _register_score(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "score",
+        help="verify a run, then replay its recorded benchmark requests against a live server: does it earn them?",
+        description="Verify the run, then send the sample of each scored task's requests it recorded "
+        "(task_requests.jsonl: token ids and the log-likelihood the run's weights earned) to the server's "
+        "/v1/completions as lm-eval's local-completions does, and compare each log-likelihood with the record. "
+        "Exit 0 when the server earns them, 1 when it does not.",
+    )
+    parser.add_argument("--url", required=True, help="the server's base, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--task", action="append", help="replay only this task's requests (repeatable)")
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        help="what the server computes in, which sets the tolerance (default: its /v1/provenance, else fp32)",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=number(float, above=0),
+        help="the largest mean |Δ log-likelihood| per token, instead of --precision's (a server of another "
+        "implementation: measure it)",
+    )
+    add_run_arguments(parser)
+    parser.set_defaults(func=_score)
+
+
+def _score(args: argparse.Namespace) -> None:
+    from solomon.audit.verify import require_verified
+    from solomon.lineage.client import Broken, Completions, claimed_precision
+    from solomon.lineage.scores import read_requests, replay
+
+    root, run_dir = Path(args.root), run_of(args)
+    require_verified(run_dir, root, f"{run_dir} does not verify, so its recorded scores prove nothing")
+    requests = read_requests(run_dir, args.task)
+    base = args.url.rstrip("/")
+    precision = args.precision or claimed_precision(base)
+    try:
+        verdict = replay(requests, Completions(f"{base}/v1/completions"), precision, args.tolerance)
+    except Broken as broken:
+        print(f"score broken at {broken}")
+        raise SystemExit(1) from None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:  # what a server sent, mis-shaped
+        print(f"score: {base}/v1/completions answered choices of another shape ({exc})")
+        raise SystemExit(1) from None
+    print(f"score: {base} {verdict.line()}; run {run_dir.name}")
+    if not verdict.holds:
+        raise SystemExit(1)
 
 
 def _lineage(args: argparse.Namespace) -> None:

@@ -196,12 +196,12 @@ def score_tasks(
 ) -> list[TaskScore]:
     """Each task of ``specs`` (task YAML paths relative to ``root``) scored on ``model`` by lm-eval, offline."""
     configs = [task_config(spec, root) for spec in specs]
-    # offline: no hub, no telemetry, no progress bars (noise in a stage's log)
-    os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
-    os.environ.setdefault("TQDM_DISABLE", "1")
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     import datasets
+    import huggingface_hub.constants
 
+    # offline, whatever the environment says: a task reads local files only (task_config refused the rest)
+    datasets.config.HF_HUB_OFFLINE = huggingface_hub.constants.HF_HUB_OFFLINE = True
     datasets.disable_progress_bars()
     lm = _lm_class()(model, tokenizer, eod_id, batch_size)
     cwd, cache = Path.cwd(), datasets.config.HF_DATASETS_CACHE
