@@ -69,7 +69,7 @@ def test_ready_after_verification_answers_with_the_manifest_digest_and_repeats_a
             "body too large": (b'{"prompt": "' + b"a" * 70000 + b'"}', 413, None),
             "wrong type": ({"prompt": "x", "max_tokens": "5"}, 400, "max_tokens"),
             "bool for int": ({"prompt": "x", "seed": True}, 400, "seed"),
-            "list prompt": ({"prompt": ["x"]}, 400, "prompt"),
+            "prompts beyond the room": ({"prompt": ["x", "y", "z"]}, 400, "prompt"),  # one slot, one waiting
             "missing prompt": ({"max_tokens": 5}, 400, "prompt"),
             "empty prompt": ({"prompt": ""}, 400, "prompt"),
             "out of range": ({"prompt": "x", "temperature": 5}, 400, "temperature"),

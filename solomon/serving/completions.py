@@ -81,13 +81,13 @@ class CompletionRequest(BaseModel):
             raise ValueError(f"give {PROMPT_SHAPES}")
         if not value:
             raise ValueError("an empty list; give at least one prompt")
-        kinds = {_kind(item) for item in value}
-        if len(kinds) > 1:
-            raise ValueError(f"a list mixes {' and '.join(sorted(kinds))}; give {PROMPT_SHAPES}")
-        kind = kinds.pop()
-        if kind == "other":
-            bad = next(i for i, item in enumerate(value) if _kind(item) == "other")
+        kinds = [_kind(item) for item in value]
+        if "other" in kinds:
+            bad = kinds.index("other")
             raise ValueError(f"item {bad} is {_json_type(value[bad])}; give {PROMPT_SHAPES}")
+        if len(set(kinds)) > 1:
+            raise ValueError(f"a list mixes {' and '.join(sorted(set(kinds)))}; give {PROMPT_SHAPES}")
+        kind = kinds[0]
         for index, item in enumerate(value if kind == "token-id lists" else []):
             if not item:
                 raise ValueError(f"prompt {index} is an empty list of token ids")
