@@ -42,6 +42,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     _register_bench_serving(bench)
     bench.set_defaults(func=_bench)
     _register_soak(commands)
+    scores = commands.add_parser(
+        "scores", help="a run's benchmark scores in-process, from its HF export and through solomon serve (minutes)"
+    )
+    scores.add_argument("--run", help="the run directory (default: the latest run)")
+    scores.add_argument("--out", default="docs/scores/three-ways.json", help="where the JSON record goes")
+    scores.set_defaults(func=_scores)
     portable = commands.add_parser(
         "portable", help="the tiny config's portable run natively and on emulated CPUs, byte for byte (minutes)"
     )
@@ -312,6 +318,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     run_main(lambda: args.func(args))
+
+
+def _scores(args: argparse.Namespace) -> None:
+    from lab.scores import three_ways
+    from solomon.atomic import write_json
+    from solomon.records import read_latest
+
+    root = Path(".")
+    run_dir = Path(args.run) if args.run else root / read_latest(root)["path"]
+    record = three_ways(root, run_dir)
+    write_json(Path(args.out), record)
+    print(json.dumps(record["wall_s"]))
 
 
 def _portable(args: argparse.Namespace) -> None:

@@ -426,7 +426,10 @@ class TrackingParams(_Section):
     enabled: bool = Param(True, "log to MLflow: MLFLOW_TRACKING_URI, else SQLite mlflow.db at the repository root")
 
 
-MetricKey = Annotated[str, Field(pattern=r"^(val|test)\.(loss|perplexity|bits_per_byte|accuracy)$")]
+# a held-out metric, or a benchmark task's score (tasks.<task>.<metric>: metrics.json's tasks section)
+MetricKey = Annotated[
+    str, Field(pattern=r"^((val|test)\.(loss|perplexity|bits_per_byte|accuracy)|tasks\.[\w-]+\.[a-z_]+)$")
+]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 PathText = Annotated[str, Field(min_length=1)]
 
@@ -458,7 +461,9 @@ class PromoteParams(_Section):
     max: dict[MetricKey, float] = Param(
         {"test.bits_per_byte": 1.6}, "refuse when a held-out metric (val.* / test.*) is above its maximum"
     )
-    min: dict[MetricKey, float] = Param({}, "refuse when one is below its minimum (e.g. test.accuracy)")
+    min: dict[MetricKey, float] = Param(
+        {}, "refuse when one is below its minimum (e.g. test.accuracy, tasks.solomon_next_line.acc)"
+    )
     compare: str = Param(
         "test.bits_per_byte",
         "lower is better; refuse a regression against the champion ...",

@@ -6,12 +6,10 @@ from another run's."""
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ import torch
 from conftest import latest_run_dir
 from serve_helpers import SOLOMON, start, stop, wait
 
+from lab.scores import lm_eval_scores
 from solomon.data.corpus import read_documents
 from solomon.data.tokens import load_tokenizer, open_tokens, read_meta, token_byte_lengths
 from solomon.errors import SolomonError
@@ -29,7 +28,6 @@ from solomon.machine import describe
 from solomon.model import weights
 from solomon.pipeline import pipeline_env
 
-LM_EVAL = str(Path(sys.executable).parent / "lm_eval")
 HELDOUT, NEXT_LINE = "solomon_heldout", "solomon_next_line"
 SHORT_TASK = "solomon_short_choice"
 
@@ -154,23 +152,6 @@ def short_choice_task(repo: Path) -> str:
     return "tasks/short_choice.yaml"
 
 
-def lm_eval_scores(repo: Path, out: Path, model: str, model_args: str, tasks: list[str]) -> dict:
-    """lm-eval's own command line, offline: {task: {metric: value}}."""
-    env = pipeline_env() | {
-        "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(out / "cache"), "TQDM_DISABLE": "1",
-    }  # fmt: skip
-    done = subprocess.run(
-        [LM_EVAL, "run", "--model", model, "--model_args", model_args, "--tasks", ",".join(tasks), "--include_path",
-         "tasks", "--batch_size", "8", "--output_path", str(out / model), "--device", "cpu"],
-        cwd=repo, env=env, capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "|bits_per_byte" in done.stdout or "|acc" in done.stdout, done.stdout  # the harness's own table
-    [path] = glob.glob(str(out / model / "**" / "results_*.json"), recursive=True)
-    results = json.loads(Path(path).read_text())["results"]
-    return {task: {k.split(",")[0]: v for k, v in results[task].items() if "," in k} for task in tasks}
-
-
 def test_the_same_scores_in_process_from_the_hf_export_and_through_solomon_serve(
     repo_copy: Path, tmp_path: Path
 ) -> None:
@@ -186,7 +167,8 @@ def test_the_same_scores_in_process_from_the_hf_export_and_through_solomon_serve
     assert solomon(repo_copy, "export", "--format", "hf", "--out", str(export)).returncode == 0
     # hf counts the model's inputs (block - 1 of them, and the token they predict); the API counts one to generate
     hf_args = f"pretrained={export},max_length={block - 1},dtype=float32"
-    scores["hf"] = lm_eval_scores(repo_copy, tmp_path, "hf", hf_args, [HELDOUT, SHORT_TASK])
+    files = ["tasks/solomon_heldout.yaml", short]
+    scores["hf"] = lm_eval_scores(repo_copy, tmp_path, "hf", hf_args, files)
     precisions = ["fp32", "bf16"] if "native" in describe().get("bf16_matmul", "") else ["fp32"]
     for precision in precisions:
         process, port = start(repo_copy, "--precision", precision, "--slots", "8", "--queue", "8")
@@ -227,3 +209,17 @@ def test_solomon_score_tells_the_runs_server_from_another_runs(repo_copy: Path, 
     (latest_run_dir(repo_copy) / "task_requests.jsonl").write_text("")
     tampered = solomon(repo_copy, "score", "--url", "http://127.0.0.1:9")
     assert tampered.returncode == 2 and "does not verify" in tampered.stderr and os.linesep not in tampered.stderr[:-1]
+
+
+def test_the_promotion_gate_holds_a_task_score_like_a_held_out_metric() -> None:
+    from solomon.audit.promote import Refused, check_thresholds
+    from solomon.params import PromoteParams
+
+    metrics = {"test": {"bits_per_byte": 1.2}, "tasks": {NEXT_LINE: {"acc": 0.31, "n": 400}}}
+    check_thresholds(metrics, PromoteParams(min={f"tasks.{NEXT_LINE}.acc": 0.3}))
+    with pytest.raises(Refused, match=rf"^tasks\.{NEXT_LINE}\.acc 0\.31 is below promote\.min 0\.5$"):
+        check_thresholds(metrics, PromoteParams(min={f"tasks.{NEXT_LINE}.acc": 0.5}))
+    with pytest.raises(Refused, match=r"^tasks\.other\.acc: the run's metrics.json has no such number"):
+        check_thresholds(metrics, PromoteParams(min={"tasks.other.acc": 0.5}))
+    with pytest.raises(ValueError, match="String should match pattern"):
+        PromoteParams.model_validate({"min": {"tasks.acc": 0.5}})

@@ -90,8 +90,14 @@ def requirements(
 
 
 def metric(metrics: dict, key: str) -> float:
-    split, name = key.split(".")
-    return float(metrics[split][name])
+    """A held-out metric (``test.bits_per_byte``) or a benchmark task's score (``tasks.<task>.<metric>``)."""
+    *section, name = key.split(".")
+    values = metrics
+    for part in section:
+        values = values.get(part, {}) if isinstance(values, dict) else {}
+    if not isinstance(values, dict) or not isinstance(values.get(name), int | float):
+        raise Refused(f"{key}: the run's metrics.json has no such number (a task it did not score?)")
+    return float(values[name])
 
 
 def check_thresholds(metrics: dict, policy: PromoteParams) -> None:
