@@ -88,7 +88,12 @@ def test_an_experiment_commits_its_run_directory_and_exp_show_shows_changed_para
     changed = {key for key in scalars if len({shown(row[key]) for row in results}) > 1}
     expected = {"Experiment", "lr.warmup", "lr.peak"} | changed
     assert len(columns) == len(set(columns)) and set(columns) == expected, set(columns) ^ expected
-    assert {"val.loss", "test.bits_per_byte", "best_val_loss"} <= changed
+    assert {"val.loss", "test.bits_per_byte", "best_val_loss", "tasks.solomon_heldout.bits_per_byte"} <= changed
+    # A benchmark score's change in `dvc metrics diff` and in `solomon review`'s note (from the two commits)
+    diff = dvc(repo, "metrics", "diff", "HEAD", first, "--md").stdout
+    assert "tasks.solomon_heldout.bits_per_byte" in diff, diff
+    note = _solomon(repo, "review", "--base", "HEAD", "--head", first)
+    assert note.returncode == 0 and "| metrics.json | tasks.solomon_heldout.bits_per_byte |" in note.stdout, note
 
     # The first experiment back from its commit alone (its run directory removed here), verified.
     shutil.rmtree(repo / "reports/training")

@@ -40,17 +40,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --url: challenge the server against every run here and name the one whose weights answer",
     )
-    parser.add_argument(
-        "--precision",
-        choices=("fp32", "bf16"),
-        help="what the server computes in, which sets the answers' tolerance (default: its /v1/provenance, else fp32)",
-    )
-    parser.add_argument(
-        "--tolerance",
-        type=number(float, above=0),
-        help="the largest |Δ logprob| the answers may show, instead of --precision's (for a server of another "
-        "implementation: measure it, as `make gguf-check` does for llama.cpp)",
-    )
+    add_tolerance_options(parser, "the largest |Δ logprob| the answers may show")
     add_run_arguments(parser)  # with --answers-only: the run the server is challenged against
     parser.set_defaults(func=_lineage)
     _register_score(commands)
@@ -67,6 +57,13 @@ def _register_score(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--url", required=True, help="the server's base, e.g. http://127.0.0.1:8000")
     parser.add_argument("--task", action="append", help="replay only this task's requests (repeatable)")
+    add_tolerance_options(parser, "the largest mean |Δ log-likelihood| per token")
+    add_run_arguments(parser)
+    parser.set_defaults(func=_score)
+
+
+def add_tolerance_options(parser: argparse.ArgumentParser, bound: str) -> None:
+    """--precision (the server's, which sets the tolerance) and --tolerance (``bound``, given instead)."""
     parser.add_argument(
         "--precision",
         choices=("fp32", "bf16"),
@@ -75,11 +72,9 @@ def _register_score(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--tolerance",
         type=number(float, above=0),
-        help="the largest mean |Δ log-likelihood| per token, instead of --precision's (a server of another "
-        "implementation: measure it)",
+        help=f"{bound}, instead of --precision's (for a server of another implementation: measure it, as "
+        "`make gguf-check` does for llama.cpp)",
     )
-    add_run_arguments(parser)
-    parser.set_defaults(func=_score)
 
 
 def _score(args: argparse.Namespace) -> None:
