@@ -93,6 +93,37 @@ def _wait_ready(port: int, server: subprocess.Popen, timeout: float = 300) -> No
     raise SolomonError(f"solomon serve not ready within {timeout:g} s")
 
 
+_EVALUATE = """
+import sys, time
+start = time.monotonic()
+from pathlib import Path
+from solomon.evaluation.evaluate import TaskPaths, evaluate
+from solomon.params import load_params
+out = Path(sys.argv[2])
+paths = TaskPaths(Path("data/corpus"), out / "tasks", Path.cwd(), out / "requests.jsonl")
+tasks = paths if sys.argv[1] == "1" else None
+evaluate(load_params().eval, Path("models"), Path("data/tokens"), Path("data/tokenizer.json"), out / "metrics.json",
+         out / "reliability", tasks)
+print(time.monotonic() - start)
+"""
+
+
+def evaluate_seconds(repo: Path, rounds: int = 2) -> dict:
+    """The evaluate stage's work timed in fresh processes (imports included) without and with the tasks, A B A B:
+    what scoring adds to `make run`."""
+    times: dict[str, list[float]] = {"held_out": [], "with_tasks": []}
+    with tempfile.TemporaryDirectory(prefix="solomon-evaluate-") as scratch:
+        for _ in range(rounds):
+            for key, flag in (("held_out", "0"), ("with_tasks", "1")):
+                env = pipeline_env() | {"TQDM_DISABLE": "1"}
+                command = [sys.executable, "-c", _EVALUATE, flag, scratch]
+                done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise SolomonError(f"evaluate failed: {done.stderr.strip().splitlines()[-1:]}")
+                times[key].append(round(float(done.stdout.strip().splitlines()[-1]), 1))
+    return times
+
+
 def three_ways(repo: Path, run_dir: Path) -> dict:
     """The run's scores in-process (its record), from its HF export and through `solomon serve`, with timings."""
     tasks = read_json(run_dir / RunFiles.METRICS).get(TASKS)
@@ -102,6 +133,8 @@ def three_ways(repo: Path, run_dir: Path) -> dict:
     block = load(repo / "models").config.block_size
     machine = describe()
     record = {"run_id": run_dir.name, "host": machine, "block_size": block, "ways": {}, "wall_s": {}}
+    record["evaluate_s"] = evaluate_seconds(repo)
+    record["training_s"] = read_json(run_dir / RunFiles.TRAIN_RUN)["wall_s"]
     record["ways"]["in-process"] = {name: section for name, section in tasks.items()}
     with tempfile.TemporaryDirectory(prefix="solomon-scores-") as scratch:
         out, export = Path(scratch), Path(scratch) / "hf"
