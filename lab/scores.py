@@ -1,7 +1,7 @@
 """The same benchmark scores three ways (`python -m lab scores`): a run's own record (the evaluate stage, in-process),
 lm-eval's ``hf`` model on its Hugging Face export, and lm-eval's ``local-completions`` against `solomon serve` in fp32
 and, where the CPU computes bf16 natively, in bf16 — each by lm-eval's own command line, offline, on the task
-files the run scored. The record (``docs/scores/three-ways.json``) is what docs/scores.md's table links to.
+files the run scored — and `solomon score`'s replay of the run's recorded requests against each server. The record (``docs/scores/three-ways.json``) is what docs/scores.md's table links to.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 from solomon.errors import SolomonError
+from solomon.lineage.client import Completions
+from solomon.lineage.scores import read_requests, replay
 from solomon.machine import describe
 from solomon.model.weights import load
 from solomon.pipeline import pipeline_env
@@ -69,7 +71,10 @@ def _served_scores(repo: Path, run_dir: Path, out: Path, precision: str, export:
         _wait_ready(port, server)
         api = (f"base_url=http://127.0.0.1:{port}/v1/completions,tokenizer={export},tokenizer_backend=huggingface,"
                f"max_length={block + 1}")  # fmt: skip
-        return lm_eval_scores(repo, out / precision, "local-completions", api, files)
+        scores = lm_eval_scores(repo, out / precision, "local-completions", api, files)
+        verdict = replay(read_requests(run_dir), Completions(f"http://127.0.0.1:{port}/v1/completions"), precision)
+        replayed = {"holds": verdict.holds, "sequences": verdict.compared, "tokens": verdict.tokens}
+        return scores | {"solomon score": replayed | {"worst_mean_delta_per_token": verdict.worst}}
     finally:
         server.terminate()
         server.wait(timeout=60)
