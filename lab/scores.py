@@ -1,7 +1,8 @@
 """The same benchmark scores three ways (`python -m lab scores`): a run's own record (the evaluate stage, in-process),
-lm-eval's ``hf`` model on its Hugging Face export, and lm-eval's ``local-completions`` against `solomon serve` in fp32
-and, where the CPU computes bf16 natively, in bf16 — each by lm-eval's own command line, offline, on the task
-files the run scored — and `solomon score`'s replay of the run's recorded requests against each server. The record (``docs/scores/three-ways.json``) is what docs/scores.md's table links to.
+lm-eval's ``hf`` model on its Hugging Face export, and lm-eval's ``local-completions`` against `solomon serve` in
+fp32 and, where the CPU computes bf16 natively, in bf16 — each by lm-eval's own command line, offline, on the task
+files the run scored — and `solomon score`'s replay of the run's recorded requests against each server. The record
+(``docs/scores/three-ways.json``) is what docs/scores.md's table links to.
 """
 
 from __future__ import annotations
@@ -139,7 +140,6 @@ def three_ways(repo: Path, run_dir: Path) -> dict:
     machine = describe()
     record = {"run_id": run_dir.name, "host": machine, "block_size": block, "ways": {}, "wall_s": {}}
     record["evaluate_s"] = evaluate_seconds(repo)
-    record["training_s"] = read_json(run_dir / RunFiles.TRAIN_RUN)["wall_s"]
     record["ways"]["in-process"] = {name: section for name, section in tasks.items()}
     with tempfile.TemporaryDirectory(prefix="solomon-scores-") as scratch:
         out, export = Path(scratch), Path(scratch) / "hf"
