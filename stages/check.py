@@ -21,7 +21,7 @@ from pathlib import Path
 
 from solomon.atomic import write_json
 from solomon.data.sources import inspect, locate
-from solomon.evaluation.harness import task_config
+from solomon.evaluation.harness import task_configs
 from solomon.evaluation.tasks import task_data_files
 from solomon.machine import describe
 from solomon.params import Params, load_params
@@ -60,8 +60,7 @@ def main() -> None:
     params = load_params()
     enter_mode(params.train.portable)  # the probe below runs in the train stage's mode (may re-execute this stage)
     inspect(locate(params.corpus), params.corpus)
-    for spec in params.eval.tasks:  # a task that needs the hub, or a file not there, stops here
-        task_config(spec, Path.cwd(), made=task_data_files(TASK_DATA_DIR))
+    task_configs(params.eval.tasks, Path.cwd(), made=task_data_files(TASK_DATA_DIR))  # a task needing the hub stops
     for stage, names in args.stages:
         write_json(checked_params_path(stage), selected(params, names))
     print(f"check: {PARAMS_FILE} and corpus.source are valid; validated params for {len(args.stages)} stages")

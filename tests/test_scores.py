@@ -152,40 +152,48 @@ def short_choice_task(repo: Path) -> str:
     return "tasks/short_choice.yaml"
 
 
-def test_the_same_scores_in_process_from_the_hf_export_and_through_solomon_serve(
-    repo_copy: Path, tmp_path: Path
-) -> None:
-    short = short_choice_task(repo_copy)
-    model = weights.load(repo_copy / "models")
-    tokenizer = load_tokenizer(repo_copy / "data/tokenizer.json")
-    eod = read_meta(repo_copy / "data/tokens")["eod_id"]
-    [in_process] = score_tasks([short], repo_copy, model, tokenizer, eod, 8)
-    scores = {"in-process": {HELDOUT: json.loads((repo_copy / "metrics.json").read_text())["tasks"][HELDOUT],
-                             SHORT_TASK: in_process.section}}  # fmt: skip
-    block = model.config.block_size
-    export = tmp_path / "hf"
-    assert solomon(repo_copy, "export", "--format", "hf", "--out", str(export)).returncode == 0
-    # hf counts the model's inputs (block - 1 of them, and the token they predict); the API counts one to generate
-    hf_args = f"pretrained={export},max_length={block - 1},dtype=float32"
-    files = ["tasks/solomon_heldout.yaml", short]
-    scores["hf"] = lm_eval_scores(repo_copy, tmp_path, "hf", hf_args, files)
-    precisions = ["fp32", "bf16"] if "native" in describe().get("bf16_matmul", "") else ["fp32"]
-    for precision in precisions:
-        process, port = start(repo_copy, "--precision", precision, "--slots", "8", "--queue", "8")
+def same_scores(repo: Path, out: Path, ways: list[str]) -> None:
+    """The built-in held-out task and a short multiple-choice one scored in-process (as the evaluate stage does) and
+    each of ``ways`` — "hf" (lm-eval's hf model on the HF export), "fp32" and "bf16" (lm-eval's local-completions
+    against `solomon serve` computing in it) — by lm-eval's own command line; the figures agree."""
+    short = short_choice_task(repo)
+    model = weights.load(repo / "models")
+    tokenizer = load_tokenizer(repo / "data/tokenizer.json")
+    [in_process] = score_tasks([short], repo, model, tokenizer, read_meta(repo / "data/tokens")["eod_id"], 8)
+    reference = {
+        HELDOUT: json.loads((repo / "metrics.json").read_text())["tasks"][HELDOUT],
+        SHORT_TASK: in_process.section,
+    }
+    block, export, files = model.config.block_size, out / "hf", ["tasks/solomon_heldout.yaml", short]
+    assert solomon(repo, "export", "--format", "hf", "--out", str(export)).returncode == 0
+    scores = {}
+    if "hf" in ways:  # hf counts the model's inputs (block - 1 of them, and the token they predict)
+        scores["hf"] = lm_eval_scores(
+            repo, out, "hf", f"pretrained={export},max_length={block - 1},dtype=float32", files
+        )
+    for precision in [way for way in ways if way != "hf"]:
+        process, port = start(repo, "--precision", precision, "--slots", "8", "--queue", "8")
         try:
-            wait(port, process)
+            wait(port, process)  # the API counts one token to generate, dropped
             api = (f"base_url=http://127.0.0.1:{port}/v1/completions,tokenizer={export},"
                    f"tokenizer_backend=huggingface,max_length={block + 1}")  # fmt: skip
-            scores[precision] = lm_eval_scores(repo_copy, tmp_path / precision, "local-completions", api,
-                                               [HELDOUT, SHORT_TASK])  # fmt: skip
+            scores[precision] = lm_eval_scores(repo, out / precision, "local-completions", api, files)
         finally:
             stop(process)
-    reference = scores["in-process"]
     for way, got in scores.items():
         close = 1e-4 if way != "bf16" else 0.01  # bf16: 8 bits of mantissa, the record in fp32
         assert abs(got[HELDOUT]["bits_per_byte"] - reference[HELDOUT]["bits_per_byte"]) < close, (way, got)
         items = round(abs(got[SHORT_TASK]["acc"] - reference[SHORT_TASK]["acc"]) * reference[SHORT_TASK]["n"])
         assert items <= (0 if way != "bf16" else 2), (way, got)  # bf16: a near tie may break the other way
+
+
+def test_lm_eval_through_solomon_serve_gives_the_scores_the_pipeline_recorded(repo_copy: Path, tmp_path: Path) -> None:
+    same_scores(repo_copy, tmp_path, ["fp32"])
+
+
+@pytest.mark.long
+def test_the_same_scores_from_the_hf_export_and_through_a_bf16_server(repo_copy: Path, tmp_path: Path) -> None:
+    same_scores(repo_copy, tmp_path, ["hf", "bf16"] if describe().get("bf16_matmul") == "native" else ["hf"])
 
 
 def test_solomon_score_tells_the_runs_server_from_another_runs(repo_copy: Path, retrained) -> None:

@@ -71,6 +71,16 @@ def task_config(spec: str, root: Path, made: tuple[str, ...] = ()) -> tuple[Path
     return path, config
 
 
+def task_configs(specs: list[str], root: Path, made: tuple[str, ...] = ()) -> list[tuple[Path, dict]]:
+    """``task_config`` of each of ``specs``, refused in one line when two name the same task."""
+    configs = [task_config(spec, root, made) for spec in specs]
+    names = [config["task"] for _, config in configs]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise SolomonError(f"eval.tasks: two task files name the task {twice!r}; give each task once")
+    return configs
+
+
 def data_files(config: dict) -> list[str]:
     """The local files a task configuration reads (``dataset_kwargs.data_files``: a path, a list or a mapping)."""
     files = (config.get("dataset_kwargs") or {}).get("data_files")
@@ -92,7 +102,7 @@ def score_tasks(
     specs: list[str], root: Path, model: GPT, tokenizer: Tokenizer, eod_id: int, batch_size: int
 ) -> list[TaskScore]:
     """Each task of ``specs`` (task YAML paths relative to ``root``) scored on ``model`` by lm-eval, offline."""
-    configs = [task_config(spec, root) for spec in specs]
+    configs = task_configs(specs, root)
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     import datasets
     import huggingface_hub.constants
@@ -108,37 +118,57 @@ def score_tasks(
     try:
         with tempfile.TemporaryDirectory(prefix="solomon-datasets-") as scratch:
             datasets.config.HF_DATASETS_CACHE = scratch  # each data file read anew; nothing left in ~/.cache
-            return [_score(spec, path, config, root, lm) for spec, (path, config) in zip(specs, configs, strict=True)]
+            results = _evaluate(
+                lm, [config["task"] for _, config in configs], sorted({str(p.parent) for p, _ in configs})
+            )
     finally:
         os.chdir(cwd)
         datasets.config.HF_DATASETS_CACHE = cache
+    return [
+        _task_score(spec, path, config, root, results, lm.scored)
+        for spec, (path, config) in zip(specs, configs, strict=True)
+    ]
 
 
-def _score(spec: str, path: Path, config: dict, root: Path, lm) -> TaskScore:
-    """One task run on its own, so that every request ``lm`` scores is this task's."""
-    import lm_eval
-    from lm_eval.evaluator import simple_evaluate
+def _evaluate(lm, names: list[str], folders: list[str]) -> dict:
+    """lm-eval's run of the tasks ``names`` (their files in ``folders``) on ``lm``, zero-shot unless a task file
+    says otherwise, seeded as lm-eval's ``simple_evaluate`` seeds (its environment report, a subprocess, left out)."""
+    import random
+
+    import numpy as np
+    import torch
+    from lm_eval.evaluator import evaluate
     from lm_eval.tasks import TaskManager
 
-    lm.scored = []
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    loaded = TaskManager(include_path=folders, include_defaults=False).load(names)
+    for task in loaded["tasks"].values():
+        if task.get_config("num_fewshot") is None:
+            task.set_config(key="num_fewshot", value=0)
+        task.set_fewshot_seed(seed=0)
+    return evaluate(lm=lm, task_dict=loaded, bootstrap_iters=BOOTSTRAP_ITERS, log_samples=False)
+
+
+def _task_score(spec: str, path: Path, config: dict, root: Path, results: dict, scored: list[Scored]) -> TaskScore:
+    """One task's metrics.json section and replay sample."""
+    import lm_eval
+
     name = config["task"]
-    result = simple_evaluate(
-        model=lm, tasks=[name], task_manager=TaskManager(include_path=str(path.parent), include_defaults=False),
-        bootstrap_iters=BOOTSTRAP_ITERS, log_samples=False,
-        random_seed=0, numpy_random_seed=0, torch_random_seed=0, fewshot_random_seed=0,
-    )  # fmt: skip
+    mine = [s for s in scored if s.task == name]
     section = {
-        **_metrics(result["results"][name]),
-        "n": int(result["n-samples"][name]["effective"]),
+        **_metrics(results["results"][name]),
+        "n": int(results["n-samples"][name]["effective"]),
         # scored sequences whose continuation was longer than the model's context: only its last tokens were scored
         # (lm-eval's hf and local-completions models refuse such an item)
-        "cut": sum(s.cut for s in lm.scored),
+        "cut": sum(s.cut for s in mine),
         "task_file": spec,
         "task_sha256": sha256_file(path),
         "data_sha256": {f: sha256_file(root / f) for f in data_files(config)},
         "lm_eval": lm_eval.__version__,
     }
-    return TaskScore(name, section, replay_sample(name, lm.scored))
+    return TaskScore(name, section, replay_sample(name, mine))
 
 
 def _metrics(results: dict) -> dict:

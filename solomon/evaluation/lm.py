@@ -25,6 +25,7 @@ class Scored:
     """One scored sequence: ``tokens`` (context then continuation), how many are context, and what the continuation
     earned: its summed log-probability (nats) and whether each of its tokens was the most likely."""
 
+    task: str
     tokens: list[int]
     context: int
     loglikelihood: float
@@ -49,14 +50,18 @@ class SolomonLM(TemplateLM):
     def tok_decode(self, tokens: list[int], **kwargs) -> str:
         return self.tokenizer.decode(tokens)
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        self.tasks = [request.task_name for request in requests]  # lm-eval encodes them in this order
+        return super().loglikelihood(requests, disable_tqdm)
+
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         pairs = [(list(context), list(continuation)) for _, context, continuation in requests]
-        return [(s.loglikelihood, s.greedy) for s in self.score(pairs)]
+        return [(s.loglikelihood, s.greedy) for s in self.score(pairs, self.tasks)]
 
     @torch.no_grad()
-    def score(self, pairs: list[tuple[list[int], list[int]]]) -> list[Scored]:
-        """Each (context, continuation) cut to the last ``max_length`` tokens and scored, in batches of the
-        longest first (right-padded: a causal model's earlier positions do not see the padding)."""
+    def score(self, pairs: list[tuple[list[int], list[int]]], tasks: list[str]) -> list[Scored]:
+        """Each (context, continuation) of task ``tasks[i]`` cut to the last ``max_length`` tokens and scored, in
+        batches of the longest first (right-padded: a causal model's earlier positions do not see the padding)."""
         sequences = [(context + continuation)[-self.max_length :] for context, continuation in pairs]
         results: list[Scored | None] = [None] * len(pairs)
         order = sorted(range(len(pairs)), key=lambda i: (-len(sequences[i]), i))
@@ -76,20 +81,24 @@ class SolomonLM(TemplateLM):
                 earned = rows.gather(1, targets[:, None])[:, 0]
                 greedy = bool((rows.argmax(dim=-1) == targets).all())
                 cut = n < len(pairs[i][1])
-                results[i] = Scored(sequence, len(sequence) - n, float(earned.sum()), greedy, cut)
+                results[i] = Scored(tasks[i], sequence, len(sequence) - n, float(earned.sum()), greedy, cut)
         self.scored += results
         return results
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
-        totals = []
-        for (text,) in [request.args for request in requests]:
-            windows = [
-                make_disjoint_window(window)
-                for window in get_rolling_token_windows(
-                    self.tok_encode(text), self.prefix_token_id, self.max_length - 1, context_len=1
-                )
-            ]
-            totals.append(sum(s.loglikelihood for s in self.score(windows)))
+        """Each document in disjoint windows, the windows of all documents scored in batches together."""
+        windows, tasks, owner = [], [], []
+        for index, request in enumerate(requests):
+            (text,) = request.args
+            for window in get_rolling_token_windows(
+                self.tok_encode(text), self.prefix_token_id, self.max_length - 1, context_len=1
+            ):
+                windows.append(make_disjoint_window(window))
+                tasks.append(request.task_name)
+                owner.append(index)
+        totals = [0.0] * len(requests)
+        for index, scored in zip(owner, self.score(windows, tasks), strict=True):
+            totals[index] += scored.loglikelihood
         return totals
 
     @torch.no_grad()
