@@ -11,6 +11,10 @@ import signal
 import sys
 from pathlib import Path
 
+from lab.stops import LAUNCHERS as STOP_LAUNCHERS
+from lab.stops import MOMENTS_S as STOP_MOMENTS
+from lab.stops import SIGNALS as STOP_SIGNALS
+from lab.stops import STAGES as STOP_STAGES
 from solomon import lifeline, stage
 from solomon.cli.arguments import POSITIVE_FLOAT, POSITIVE_INT, add_root
 from solomon.errors import SolomonError, run_main
@@ -48,6 +52,18 @@ def register(commands: argparse._SubParsersAction) -> None:
     scores.add_argument("--run", help="the run directory (default: the latest run)")
     scores.add_argument("--out", default="docs/scores/three-ways.json", help="where the JSON record goes")
     scores.set_defaults(func=_scores)
+    stops = commands.add_parser(
+        "stops", help="a signal to the pipeline's launcher at moments from 0 to 3 s after a stage starts (minutes)"
+    )
+    stops.add_argument("--label", required=True, help="what the record is of (before, after)")
+    stops.add_argument("--out", required=True, help="where the JSON record goes (docs/stops/<label>.json)")
+    stops.add_argument("--launchers", default=",".join(STOP_LAUNCHERS), help="comma-separated")
+    stops.add_argument("--stages", default=",".join(STOP_STAGES), help="comma-separated")
+    stops.add_argument("--signals", default=",".join(STOP_SIGNALS), help="comma-separated")
+    stops.add_argument("--moments", default=",".join(map(str, STOP_MOMENTS)), help="seconds, comma-separated")
+    stops.add_argument("--no-resume", action="store_true", help="skip the plain `dvc repro` after each case")
+    stops.add_argument("--page", default="docs/resume.md", help="the page whose table of this label is rewritten")
+    stops.set_defaults(func=_stops)
     portable = commands.add_parser(
         "portable", help="the tiny config's portable run natively and on emulated CPUs, byte for byte (minutes)"
     )
@@ -336,3 +352,25 @@ def _portable(args: argparse.Namespace) -> None:
     from lab.portable import main
 
     main(["--write-golden"] if args.write_golden else [])
+
+
+def _stops(args: argparse.Namespace) -> None:
+    import subprocess
+    import tempfile
+
+    from lab.stops import record, render_into, sweep
+
+    with tempfile.TemporaryDirectory(prefix="solomon-stops-") as root:
+        outcomes = sweep(
+            Path(root),
+            launchers=args.launchers.split(","),
+            stages=args.stages.split(","),
+            signals=args.signals.split(","),
+            moments=[float(m) for m in args.moments.split(",")],
+            resume=not args.no_resume,
+        )
+    code = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    written = record(outcomes, args.label, code)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(written, indent=1) + "\n")
+    print(render_into(Path(args.page), written, Path(args.out)))

@@ -2,6 +2,10 @@
 scores (eval.tasks, run by lm-eval) → metrics.json; the reliability diagram's bins → <reliability_dir>/{val,test}.json;
 the built-in tasks' data → <task_data_dir>; a sample of each task's scored requests → <task_requests>."""
 
+from solomon.lifeline import tether
+
+tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+
 import argparse
 import os
 from pathlib import Path

@@ -1,5 +1,9 @@
 """Stage prepare: read corpus.source as a stream, normalise, deduplicate, split → data/corpus/."""
 
+from solomon.lifeline import tether
+
+tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+
 import argparse
 import os
 from pathlib import Path

@@ -1,6 +1,10 @@
 """Stage tokenizer: train byte-level BPE on a sample of the train split, encode every split → data/tokenizer.json,
 data/tokens/."""
 
+from solomon.lifeline import tether
+
+tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+
 import argparse
 import os
 from pathlib import Path

@@ -7,11 +7,16 @@ Exit status 128 + N after signal N (SIGTERM: 143, SIGINT: 130), once a checkpoin
 With train.nproc > 1 it starts itself again under ``torchrun --standalone`` as that many ranks.
 """
 
+from solomon.lifeline import tether
+
+tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+
 import argparse
 import os
 import sys
 from pathlib import Path
 
+from solomon.lifeline import LAUNCHER_ENV
 from solomon.machine import describe, gemm_peaks
 from solomon.params import load_params
 from solomon.portable import enter_mode
@@ -36,6 +41,8 @@ def relaunch_under_torchrun(nproc: int) -> None:
         os.path.abspath(__file__),
         *sys.argv[1:],
     ]
+    tether()  # torchrun holds no lifeline: it gets the parent-death signal instead, and stops its workers on it
+    os.environ[LAUNCHER_ENV] = str(os.getpid())  # torchrun keeps this PID; its workers lead sessions of their own
     os.execv(sys.executable, command)
 
 

@@ -96,7 +96,8 @@ def workdir(built_repo: Path, path: Path, overrides: dict | None = None) -> Path
     params = merge(read_yaml(built_repo / PARAMS_FILE), {"tracking": {"enabled": False}})
     params = merge(params, overrides or {})
     (path / "params.yaml").write_text(yaml.safe_dump(params))
-    shutil.copytree(built_repo / "tasks", path / "tasks", dirs_exist_ok=True)  # the task files eval.tasks names
+    if path.resolve() != built_repo.resolve():  # the task files eval.tasks names
+        shutil.copytree(built_repo / "tasks", path / "tasks", dirs_exist_ok=True)
     return path
 
 

@@ -5,6 +5,7 @@ real signals; which launchers it watches (its shell and the rest of its process 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 import psutil
 
 PROBE = "import json; from solomon.lifeline import launchers; print(json.dumps([p.pid for p in launchers()]))"
+PROBE_ORPHANED = "from solomon.lifeline import orphaned; print(orphaned())"
 HOLD = "import time; from solomon import lifeline; lifeline.hold(0.05); print('holding', flush=True); time.sleep(60)"
 
 
@@ -66,3 +68,78 @@ def test_without_a_lifeline_the_process_is_orphaned() -> None:
     _, alive = psutil.wait_procs([child], timeout=2)
     assert alive == [child]
     child.send_signal(signal.SIGKILL)
+
+
+STARTING = (
+    "import sys, time; time.sleep({wait}); from solomon.lifeline import tether; tether(); "
+    "print('started', flush=True); time.sleep({after})"
+)
+
+
+def test_tether_stops_an_orphan_and_lets_a_held_process_start(tmp_path) -> None:
+    def start(script: str, cut: bool) -> str:
+        out = tmp_path / "out.txt"
+        background = f'{sys.executable} -c "{script}" > {out} 2>&1 &'
+        command = f"{background} echo $!" if cut else f"{background} echo $!; wait"
+        shell = subprocess.run(["sh", "-c", command], capture_output=True, text=True, start_new_session=True,
+                               check=True)  # fmt: skip
+        child = int(shell.stdout.split()[0])
+        if psutil.pid_exists(child):
+            psutil.wait_procs([psutil.Process(child)], timeout=15)
+        return out.read_text()
+
+    told = start(STARTING.format(wait=0.5, after=0), cut=True)  # the shell is gone before tether runs
+    assert told.startswith("error: stopping before it starts: its launcher is gone (this process was re-parented"), told
+    assert told.rstrip().endswith("nothing was written") and told.count("\n") == 1 and "started" not in told
+    told = start(STARTING.format(wait=0.5, after=0), cut=False)  # the shell waits for it: it runs
+    assert told == "started\n"
+
+
+def test_a_parent_that_dies_during_start_up_stops_the_process_at_once() -> None:
+    """Between ``tether`` and the lifeline (the heavy imports): the kernel's parent-death signal, on Linux."""
+    shell = subprocess.Popen(
+        ["sh", "-c", f'{sys.executable} -c "{STARTING.format(wait=0, after=30)}"; true'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert shell.stdout.readline() == "started\n"
+    (child,) = psutil.Process(shell.pid).children()
+    started = time.monotonic()
+    shell.kill()
+    shell.wait()
+    _, alive = psutil.wait_procs([child], timeout=10)
+    assert not alive and time.monotonic() - started < 2
+    _, err = shell.communicate(timeout=10)
+    assert err.startswith("error: stopping before it starts: its launcher is gone"), err
+    assert child.pid  # stopped by the parent-death signal's handler, 143 (the shell is gone: no status to read)
+
+
+def test_a_later_command_of_a_pipeline_is_not_an_orphan() -> None:
+    """`a | stage` under a shell with job control: the stage's group leader is its sibling `a`, and its parent the
+    shell that leads the session; its chain of parents leaves the group there, and that is no cut."""
+    script = (
+        "import subprocess, sys; "
+        "a = subprocess.Popen(['sleep', '5'], process_group=0); "
+        f"b = subprocess.run([sys.executable, '-c', {PROBE_ORPHANED!r}], process_group=a.pid, capture_output=True, "
+        "text=True); a.kill(); print(b.stdout.strip() or b.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, start_new_session=True,
+                          check=True)  # fmt: skip
+    assert done.stdout.strip() == "None", done.stdout + done.stderr
+
+
+def test_a_session_leader_checks_the_launcher_recorded_for_it() -> None:
+    """torchrun's workers lead sessions of their own: their launcher's PID comes in ``SOLOMON_LAUNCHER_PID``."""
+    from solomon.lifeline import LAUNCHER_ENV
+
+    def start(recorded: int) -> subprocess.CompletedProcess:
+        env = dict(os.environ, **{LAUNCHER_ENV: str(recorded)})
+        return subprocess.run([sys.executable, "-c", STARTING.format(wait=0, after=0)], capture_output=True,
+                              text=True, start_new_session=True, env=env)  # fmt: skip
+
+    assert start(os.getpid()).stdout == "started\n"
+    gone = start(2**22 + 1)  # no such PID: the recorded launcher is gone
+    assert gone.returncode == 143 and gone.stdout == ""
+    assert (
+        gone.stderr
+        == f"error: stopping before it starts: its launcher (pid {2**22 + 1}) is gone: nothing was written\n"
+    )

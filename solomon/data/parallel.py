@@ -7,7 +7,6 @@ would read its whole input ahead when the workers fall behind).
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import signal
@@ -19,6 +18,7 @@ from functools import partial
 from typing import TypeVar
 
 from solomon.errors import SolomonError
+from solomon.lifeline import parent_death_signal
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -75,11 +75,7 @@ def _worker_start(initializer: Callable[[], None] | None, stage_pid: int) -> Non
     """In each worker: die with the stage's process (a worker left behind would wait on its queue for ever), and
     leave Ctrl-C to it (the stage stops once, in one line); then the stage's own ``initializer``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: Linux; elsewhere the worker outlives a killed stage
-    except (OSError, AttributeError):
-        pass
+    parent_death_signal(signal.SIGKILL)  # Linux; elsewhere a worker outlives a stage killed with -9
     if os.getppid() != stage_pid:  # the stage died before the line above took effect
         os._exit(1)
     if initializer is not None:

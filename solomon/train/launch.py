@@ -15,6 +15,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous.api import RendezvousError
 from torch.distributed.run import main as torchrun
 
+from solomon.lifeline import LAUNCHER_ENV
+
 # torchrun's agents share their rendezvous TCPStore with the workers by default, and that store outlives a restart
 # with the previous attempt's keys in it: a restarted rank can read a peer's old gloo address and fail ("Connection
 # refused"), using up the restart (pytorch/pytorch#135712: each agent counts its restarts alone, so no prefix keeps
@@ -26,6 +28,7 @@ RESUME = "the last checkpoint stays: the same command on every node (or `dvc rep
 
 def main(argv: list[str] | None = None) -> None:
     os.environ.update(UNSHARED_STORE)  # before the agent starts: it decides per rendezvous round
+    os.environ[LAUNCHER_ENV] = str(os.getpid())  # the workers, each leading its own session, check they hang from it
     try:
         torchrun(argv)
     except RendezvousError as exc:  # a timeout (join_timeout), a closed rendezvous, a store that is gone
