@@ -38,6 +38,11 @@ WATCH_S = 10.0  # "alive 10 s later"
 # The train stage of the sweep runs longer than the tiny config's 30 steps, so that a late signal lands mid-training.
 TRAIN_STEPS = 200
 STAGE_OUTPUTS = {"prepare": ["data/corpus"], "train": ["models", "reports/train_log.tsv", "reports/train_evals.jsonl"]}
+# The launchers start with SIGHUP's default action, as from a terminal, even where the sweep runs under nohup (an
+# ignored signal stays ignored across exec, and would make every SIGHUP case a no-op); `env` execs, keeping the PID.
+DEFAULT_SIGHUP = ["env", "--default-signal=HUP"]
+# What a stage writes only once its work is done: written after the signal means it ran to its end regardless.
+FINAL_OUTPUTS = {"prepare": "data/corpus", "train": "models"}
 
 
 @dataclass
@@ -49,6 +54,7 @@ class Outcome:
     stage_started: bool  # the stage's process existed when the signal was sent
     last_exit_s: float | None  # when the last process of the pipeline was gone, after the signal; None: not in 10 s
     alive_after: list[str] = field(default_factory=list)  # "pid cmdline" of each still alive 10 s later
+    finished_after: bool = False  # the stage's final output was written after the signal: it ran to its end
     lines: list[str] = field(default_factory=list)  # the `error:` lines the pipeline printed
     half_written: list[str] = field(default_factory=list)
     resume_matches: bool | None = None  # a plain `dvc repro` afterwards: the uninterrupted run's bytes
@@ -100,6 +106,14 @@ def outputs(repo: Path, stage: str) -> dict[str, str]:
                 text = b"\n".join(b"\t".join(row.split(b"\t")[:4]) for row in text.splitlines())
             digests[str(file.relative_to(repo))] = hashlib.sha256(text).hexdigest()
     return digests
+
+
+def last_written(path: Path) -> float:
+    """The latest modification time of ``path`` or anything under it (0 where there is nothing)."""
+    if not path.exists():
+        return 0.0
+    files = [path, *path.rglob("*")] if path.is_dir() else [path]
+    return max(file.lstat().st_mtime for file in files)
 
 
 def half_written(repo: Path) -> list[str]:
@@ -177,10 +191,10 @@ def start_launcher(launcher: str, repo: Path, log: Path) -> tuple[subprocess.Pop
     out = log.open("w")
     if launcher == "queued dvc exp run":
         run([dvc_executable(), "exp", "run", "--queue", "-n", "stop-sweep"], repo)
-        subprocess.run([dvc_executable(), "queue", "start"], cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT,
-                       check=True)  # fmt: skip
+        subprocess.run([*DEFAULT_SIGHUP, dvc_executable(), "queue", "start"], cwd=repo, env=env, stdout=out,
+                       stderr=subprocess.STDOUT, check=True)  # fmt: skip
         return None, None
-    command = [dvc_executable(), "repro"] if launcher == "dvc repro" else make_run_command()
+    command = [*DEFAULT_SIGHUP, *([dvc_executable(), "repro"] if launcher == "dvc repro" else make_run_command())]
     top = subprocess.Popen(command, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     return top, psutil.Process(top.pid)
 
@@ -218,6 +232,10 @@ def run_case(base: Path, work: Path, launcher: str, stage: str, signal_name: str
         if target is None:
             time.sleep(0.002)
     started = target is not None
+    try:  # a queued run's stage works in a copy of the repository under .dvc/tmp/exps
+        stage_dir = Path(target.cwd()) if target is not None else repo
+    except psutil.Error:
+        stage_dir = repo
     if leader is None:
         raise RuntimeError(f"no launcher appeared for {launcher}: {log.read_text()[-2000:]}")
     above = {parent.pid for parent in leader.parents()} if launcher == "queued dvc exp run" else set()
@@ -228,7 +246,7 @@ def run_case(base: Path, work: Path, launcher: str, stage: str, signal_name: str
         leader.send_signal(getattr(signal, signal_name))
     except psutil.Error:
         group = leader.pid
-    signalled = time.monotonic()
+    signalled, signalled_at = time.monotonic(), time.time()
     processes = pipeline_processes(repo, group, seen, above)
     last_exit_s = None
     while time.monotonic() - signalled < WATCH_S:
@@ -250,6 +268,7 @@ def run_case(base: Path, work: Path, launcher: str, stage: str, signal_name: str
         told += path.read_text(errors="replace")
     outcome.lines = sorted({line.strip() for line in told.splitlines() if line.strip().startswith("error:")})
     outcome.half_written = half_written(repo)
+    outcome.finished_after = last_written(stage_dir / FINAL_OUTPUTS[stage]) > signalled_at
     if reference is not None and launcher != "queued dvc exp run":  # a queued run's copy is gone with its task
         done = run([dvc_executable(), "repro", stage], repo, check=False)
         outcome.resume_matches = done.returncode == 0 and outputs(repo, stage) == reference
@@ -307,6 +326,8 @@ def table(record_: dict) -> str:
                 cells.append("")
             elif case["alive_after"]:
                 cells.append(f"**{len(case['alive_after'])} alive**")
+            elif case.get("finished_after"):
+                cells.append(f"**ran on, done {case['last_exit_s']:.1f} s**")
             else:
                 cells.append(f"gone {case['last_exit_s']:.1f} s")
         rows.append(f"| `{launcher}` | {stage} | {signal_name} | " + " | ".join(cells) + " |")

@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import MutableMapping
 
 import psutil
 
@@ -96,14 +97,15 @@ def orphaned(process: psutil.Process | None = None, recorded_launcher: int | Non
     return f"its launcher is gone ({which} was re-parented to pid {parent.pid})"
 
 
-def tether() -> None:
+def tether(environ: MutableMapping[str, str]) -> None:
     """At the top of a stage, before its heavy imports: stop now if a launcher is gone, and from here on until
-    ``hold`` takes over, stop once the parent dies or a stop signal comes, in one line (nothing is written yet)."""
+    ``hold`` takes over, stop once the parent dies or a stop signal comes, in one line (nothing is written yet).
+    ``environ`` (the process's environment) may hold the launcher recorded for it, which is taken out of it."""
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) != signal.SIG_IGN:
             signal.signal(signum, _stop_while_starting)
     parent_death_signal(signal.SIGTERM)  # before the check: a death after it is signalled, one before it is seen
-    recorded = os.environ.pop(LAUNCHER_ENV, None)  # meant for this process alone, not for what it starts
+    recorded = environ.pop(LAUNCHER_ENV, None)  # meant for this process alone, not for what it starts
     reason = orphaned(recorded_launcher=int(recorded) if recorded and recorded.isdigit() else None)
     if reason:
         _stop_now(f"error: stopping before it starts: {reason}: nothing was written")

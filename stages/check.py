@@ -16,9 +16,11 @@ resolved: ``solomon.train.precision``) and about how long its steps will take, f
 configured step. That line is printed, not written: the validated params stay the same bytes on every host.
 """
 
+import os
+
 from solomon.lifeline import tether
 
-tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+tether(os.environ)  # first, before the imports below: a launcher gone while this stage was starting stops it here
 
 import argparse
 from pathlib import Path

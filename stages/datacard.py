@@ -1,8 +1,10 @@
 """Stage datacard: statistics and the datasheet → data/datacard.md, data/datacard.json."""
 
+import os
+
 from solomon.lifeline import tether
 
-tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+tether(os.environ)  # first, before the imports below: a launcher gone while this stage was starting stops it here
 
 import argparse
 from pathlib import Path

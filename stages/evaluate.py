@@ -2,12 +2,13 @@
 scores (eval.tasks, run by lm-eval) → metrics.json; the reliability diagram's bins → <reliability_dir>/{val,test}.json;
 the built-in tasks' data → <task_data_dir>; a sample of each task's scored requests → <task_requests>."""
 
+import os
+
 from solomon.lifeline import tether
 
-tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+tether(os.environ)  # first, before the imports below: a launcher gone while this stage was starting stops it here
 
 import argparse
-import os
 from pathlib import Path
 
 from solomon.evaluation.evaluate import TaskPaths, evaluate

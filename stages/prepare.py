@@ -1,11 +1,12 @@
 """Stage prepare: read corpus.source as a stream, normalise, deduplicate, split → data/corpus/."""
 
+import os
+
 from solomon.lifeline import tether
 
-tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+tether(os.environ)  # first, before the imports below: a launcher gone while this stage was starting stops it here
 
 import argparse
-import os
 from pathlib import Path
 
 from solomon.data.corpus import prepare

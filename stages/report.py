@@ -1,9 +1,11 @@
 """Stage report: the run directory <report.root>/<run-id>/ with the full record of this run and its SHA256
 manifest; then the run is logged to MLflow (never a reason to fail)."""
 
+import os
+
 from solomon.lifeline import tether
 
-tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+tether(os.environ)  # first, before the imports below: a launcher gone while this stage was starting stops it here
 
 import argparse
 from pathlib import Path

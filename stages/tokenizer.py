@@ -1,12 +1,13 @@
 """Stage tokenizer: train byte-level BPE on a sample of the train split, encode every split → data/tokenizer.json,
 data/tokens/."""
 
+import os
+
 from solomon.lifeline import tether
 
-tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+tether(os.environ)  # first, before the imports below: a launcher gone while this stage was starting stops it here
 
 import argparse
-import os
 from pathlib import Path
 
 from solomon.data.hooks import crash_point

@@ -7,12 +7,13 @@ Exit status 128 + N after signal N (SIGTERM: 143, SIGINT: 130), once a checkpoin
 With train.nproc > 1 it starts itself again under ``torchrun --standalone`` as that many ranks.
 """
 
+import os
+
 from solomon.lifeline import tether
 
-tether()  # first, before the imports below: a launcher gone while this stage was starting stops it here
+tether(os.environ)  # first, before the imports below: a launcher gone while this stage was starting stops it here
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def relaunch_under_torchrun(nproc: int) -> None:
         os.path.abspath(__file__),
         *sys.argv[1:],
     ]
-    tether()  # torchrun holds no lifeline: it gets the parent-death signal instead, and stops its workers on it
+    tether(os.environ)  # torchrun holds no lifeline: the parent-death signal instead (it stops its workers on it)
     os.environ[LAUNCHER_ENV] = str(os.getpid())  # torchrun keeps this PID; its workers lead sessions of their own
     os.execv(sys.executable, command)
 

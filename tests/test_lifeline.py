@@ -71,7 +71,7 @@ def test_without_a_lifeline_the_process_is_orphaned() -> None:
 
 
 STARTING = (
-    "import sys, time; time.sleep({wait}); from solomon.lifeline import tether; tether(); "
+    "import sys, time; time.sleep({wait}); import os; from solomon.lifeline import tether; tether(os.environ); "
     "print('started', flush=True); time.sleep({after})"
 )
 

@@ -27,6 +27,7 @@ def check(outcome: Outcome) -> None:
     case = f"{outcome.launcher} × {outcome.stage} × {outcome.signal} at {outcome.delay_s} s"
     assert outcome.stage_started, f"{case}: the stage's process never appeared"
     assert not outcome.alive_after, f"{case}: alive 10 s later: {outcome.alive_after}"
+    assert not outcome.finished_after, f"{case}: the stage ran on to its end after the signal"
     assert any(line.startswith("error: stopping") for line in outcome.lines), f"{case}: {outcome.lines}"
     assert not any("Traceback" in line for line in outcome.lines), f"{case}: {outcome.lines}"
     assert not outcome.half_written, f"{case}: half-written: {outcome.half_written}"
