@@ -193,7 +193,7 @@ helm: setup
 # Two workers, one per core (each test process uses one torch thread); a test file stays on one worker, so its
 # module fixtures are built once.
 test: setup browser helm plots-template
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not long" --durations=15
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not long" --durations=30
 
 # The tests marked long (a minute or more each on 2 cores): random SIGKILLs of `dvc repro`, the docs runner's real
 # experiments, the simulated hosts of `make multinode`. CI runs them in a job of their own (.gitlab-ci.yml).

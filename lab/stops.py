@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from lab.scratch import LAB_ROOT, make_scratch_repo, write_params
-from solomon.pipeline import dvc_executable, pipeline_env, run
+from solomon.pipeline import dvc_executable, output_paths, pipeline_env, run
 from solomon.tiny import TINY_OVERRIDES
 
 MOMENTS_S = (0.0, 0.01, 0.05, 0.1, 0.25, 1.0, 3.0)
@@ -41,8 +41,9 @@ STAGE_OUTPUTS = {"prepare": ["data/corpus"], "train": ["models", "reports/train_
 # The launchers start with SIGHUP's default action, as from a terminal, even where the sweep runs under nohup (an
 # ignored signal stays ignored across exec, and would make every SIGHUP case a no-op); `env` execs, keeping the PID.
 DEFAULT_SIGHUP = ["env", "--default-signal=HUP"]
-# What a stage writes only once its work is done: written after the signal means it ran to its end regardless.
-FINAL_OUTPUTS = {"prepare": "data/corpus", "train": "models"}
+# A stopped train stage still appends its last step and writes a checkpoint: every other output of the pipeline
+# (dvc.lock included) written after the signal means a stage ran on to its end.
+STOPPING_WRITES = {"reports/train_log.tsv", "reports/train_evals.jsonl"}
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Outcome:
     stage_started: bool  # the stage's process existed when the signal was sent
     last_exit_s: float | None  # when the last process of the pipeline was gone, after the signal; None: not in 10 s
     alive_after: list[str] = field(default_factory=list)  # "pid cmdline" of each still alive 10 s later
-    finished_after: bool = False  # the stage's final output was written after the signal: it ran to its end
+    ran_on: list[str] = field(default_factory=list)  # the pipeline's outputs written after the signal
     lines: list[str] = field(default_factory=list)  # the `error:` lines the pipeline printed
     half_written: list[str] = field(default_factory=list)
     resume_matches: bool | None = None  # a plain `dvc repro` afterwards: the uninterrupted run's bytes
@@ -268,7 +269,8 @@ def run_case(base: Path, work: Path, launcher: str, stage: str, signal_name: str
         told += path.read_text(errors="replace")
     outcome.lines = sorted({line.strip() for line in told.splitlines() if line.strip().startswith("error:")})
     outcome.half_written = half_written(repo)
-    outcome.finished_after = last_written(stage_dir / FINAL_OUTPUTS[stage]) > signalled_at
+    outcome.ran_on = [path for path in output_paths(stage_dir) if path not in STOPPING_WRITES
+                      and last_written(stage_dir / path) > signalled_at]  # fmt: skip
     if reference is not None and launcher != "queued dvc exp run":  # a queued run's copy is gone with its task
         done = run([dvc_executable(), "repro", stage], repo, check=False)
         outcome.resume_matches = done.returncode == 0 and outputs(repo, stage) == reference
@@ -326,7 +328,7 @@ def table(record_: dict) -> str:
                 cells.append("")
             elif case["alive_after"]:
                 cells.append(f"**{len(case['alive_after'])} alive**")
-            elif case.get("finished_after"):
+            elif case["ran_on"]:
                 cells.append(f"**ran on, done {case['last_exit_s']:.1f} s**")
             else:
                 cells.append(f"gone {case['last_exit_s']:.1f} s")

@@ -27,7 +27,7 @@ def check(outcome: Outcome) -> None:
     case = f"{outcome.launcher} × {outcome.stage} × {outcome.signal} at {outcome.delay_s} s"
     assert outcome.stage_started, f"{case}: the stage's process never appeared"
     assert not outcome.alive_after, f"{case}: alive 10 s later: {outcome.alive_after}"
-    assert not outcome.finished_after, f"{case}: the stage ran on to its end after the signal"
+    assert not outcome.ran_on, f"{case}: written after the signal: {outcome.ran_on}"
     assert any(line.startswith("error: stopping") for line in outcome.lines), f"{case}: {outcome.lines}"
     assert not any("Traceback" in line for line in outcome.lines), f"{case}: {outcome.lines}"
     assert not outcome.half_written, f"{case}: half-written: {outcome.half_written}"
@@ -65,3 +65,22 @@ def test_the_whole_sweep_leaves_no_process(bases: dict, tmp_path, launcher: str)
                 work = tmp_path / f"{stage}-{signal_name}-{delay_s}"
                 work.mkdir()
                 check(run_case(base, work, launcher, stage, signal_name, delay_s, reference))
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 1.5])
+def test_torchruns_workers_stop_with_the_train_stage_launcher(bases: dict, tmp_path, delay_s: float) -> None:
+    """train.nproc 2: the stage becomes torchrun (the same PID) whose workers lead sessions of their own. A signal to
+    `dvc repro` as the stage starts, or while torchrun starts its workers, leaves neither torchrun nor a worker."""
+    import subprocess
+
+    from lab.scratch import write_params
+    from lab.stops import copy_repo
+
+    base = copy_repo(bases["train"][0], tmp_path / "base")
+    write_params(base, {"train": {"nproc": 2, "accum_steps": 1, "threads": 1}})
+    for args in (["git", "add", "-A"], ["git", "commit", "-q", "-m", "two ranks"]):
+        subprocess.run(args, cwd=base, check=True, capture_output=True)
+    reference = reference_outputs(tmp_path, base, "train")
+    work = tmp_path / "case"
+    work.mkdir()
+    check(run_case(base, work, "dvc repro", "train", "SIGTERM", delay_s, reference))
