@@ -110,11 +110,12 @@ def outputs(repo: Path, stage: str) -> dict[str, str]:
 
 
 def last_written(path: Path) -> float:
-    """The latest modification time of ``path`` or anything under it (0 where there is nothing)."""
-    if not path.exists():
+    """The latest modification time of ``path`` or anything under it (0 where there is nothing, or no longer)."""
+    try:
+        files = [path, *path.rglob("*")] if path.is_dir() else [path]
+        return max(file.lstat().st_mtime for file in files)
+    except OSError:
         return 0.0
-    files = [path, *path.rglob("*")] if path.is_dir() else [path]
-    return max(file.lstat().st_mtime for file in files)
 
 
 def half_written(repo: Path) -> list[str]:
@@ -269,7 +270,8 @@ def run_case(base: Path, work: Path, launcher: str, stage: str, signal_name: str
         told += path.read_text(errors="replace")
     outcome.lines = sorted({line.strip() for line in told.splitlines() if line.strip().startswith("error:")})
     outcome.half_written = half_written(repo)
-    outcome.ran_on = [path for path in output_paths(stage_dir) if path not in STOPPING_WRITES
+    # the paths from the repository's dvc.yaml: a queued run's copy may be gone with its task by now
+    outcome.ran_on = [path for path in output_paths(repo) if path not in STOPPING_WRITES
                       and last_written(stage_dir / path) > signalled_at]  # fmt: skip
     if reference is not None and launcher != "queued dvc exp run":  # a queued run's copy is gone with its task
         done = run([dvc_executable(), "repro", stage], repo, check=False)

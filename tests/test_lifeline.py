@@ -18,6 +18,17 @@ PROBE_ORPHANED = "from solomon.lifeline import orphaned; print(orphaned())"
 HOLD = "import time; from solomon import lifeline; lifeline.hold(0.05); print('holding', flush=True); time.sleep(60)"
 
 
+def under_a_shell(script: str, ready: str) -> tuple[subprocess.Popen, psutil.Process]:
+    """``script`` run by a shell that is not replaced by it (``; true``), once it has printed ``ready``."""
+    shell = subprocess.Popen(
+        ["sh", "-c", f'{sys.executable} -c "{script}"; true'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert shell.stdout.readline() == f"{ready}\n"
+    (child,) = psutil.Process(shell.pid).children()
+    return shell, child
+
+
 def test_the_launchers_are_the_process_group_above_this_process() -> None:
     shell = subprocess.run(
         ["sh", "-c", f'{sys.executable} -c "{PROBE}"; echo "shell $$"'],
@@ -39,12 +50,7 @@ def test_a_group_leader_watches_its_parent_unless_sighup_is_ignored() -> None:
 
 
 def test_a_process_stops_with_sigterm_once_its_launcher_is_killed() -> None:
-    shell = subprocess.Popen(
-        ["sh", "-c", f'{sys.executable} -c "{HOLD}"; true'],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    assert shell.stdout.readline() == "holding\n"
-    (held,) = psutil.Process(shell.pid).children()
+    shell, held = under_a_shell(HOLD, "holding")
     started = time.monotonic()
     shell.kill()  # the launcher alone: the held process is not signalled by anyone else
     shell.wait()
@@ -97,12 +103,7 @@ def test_tether_stops_an_orphan_and_lets_a_held_process_start(tmp_path) -> None:
 
 def test_a_parent_that_dies_during_start_up_stops_the_process_at_once() -> None:
     """Between ``tether`` and the lifeline (the heavy imports): the kernel's parent-death signal, on Linux."""
-    shell = subprocess.Popen(
-        ["sh", "-c", f'{sys.executable} -c "{STARTING.format(wait=0, after=30)}"; true'],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    assert shell.stdout.readline() == "started\n"
-    (child,) = psutil.Process(shell.pid).children()
+    shell, child = under_a_shell(STARTING.format(wait=0, after=30), "started")
     started = time.monotonic()
     shell.kill()
     shell.wait()

@@ -67,7 +67,7 @@ def test_the_whole_sweep_leaves_no_process(bases: dict, tmp_path, launcher: str)
                 check(run_case(base, work, launcher, stage, signal_name, delay_s, reference))
 
 
-@pytest.mark.parametrize("delay_s", [0.0, 1.5])
+@pytest.mark.parametrize("delay_s", [0.0, pytest.param(1.5, marks=pytest.mark.long)])
 def test_torchruns_workers_stop_with_the_train_stage_launcher(bases: dict, tmp_path, delay_s: float) -> None:
     """train.nproc 2: the stage becomes torchrun (the same PID) whose workers lead sessions of their own. A signal to
     `dvc repro` as the stage starts, or while torchrun starts its workers, leaves neither torchrun nor a worker."""
