@@ -152,7 +152,6 @@ def _stop_now(line: str) -> None:
 
 
 def _watch(watched: list[tuple[psutil.Process, str]], interval_s: float) -> None:
-    caught = {launcher.pid: _caught(launcher.pid) for launcher, _ in watched}
     while True:
         for launcher, name in watched:
             if not _alive(launcher):
@@ -160,7 +159,7 @@ def _watch(watched: list[tuple[psutil.Process, str]], interval_s: float) -> None
                       file=sys.stderr, flush=True)  # fmt: skip
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
-            received = _received(launcher, caught[launcher.pid])
+            received = stopping(launcher)
             if received:
                 print(f"error: stopping: {name} (pid {launcher.pid}), which started this process, got {received} and "
                       "waits for its children to end", file=sys.stderr, flush=True)  # fmt: skip
@@ -179,24 +178,9 @@ def stopping(process: psutil.Process) -> str | None:
             return None
     except psutil.Error:
         return None
-    return _received(process, frozenset({signal.SIGHUP, signal.SIGTERM}))
-
-
-def _received(process: psutil.Process, caught: frozenset[int]) -> str | None:
-    """A stop signal that ``process`` caught (``caught``) and now leaves to its default action: it received it,
-    and is on its way out once what it waits for ends."""
-    now, ignored = _caught(process.pid), _ignored(process.pid)
-    for signum in sorted(caught - now - ignored):
-        return signal.Signals(signum).name
-    return None
-
-
-def _caught(pid: int) -> frozenset[int]:
-    return _signal_set(pid, "SigCgt") & {signal.SIGHUP, signal.SIGTERM}
-
-
-def _ignored(pid: int) -> frozenset[int]:
-    return _signal_set(pid, "SigIgn")
+    caught, ignored = _signal_set(process.pid, "SigCgt"), _signal_set(process.pid, "SigIgn")
+    received = [signum for signum in (signal.SIGHUP, signal.SIGTERM) if signum not in caught | ignored]
+    return signal.Signals(received[0]).name if received and caught else None  # no mask read: nothing known
 
 
 def _signal_set(pid: int, field: str) -> frozenset[int]:
