@@ -144,3 +144,23 @@ def test_a_session_leader_checks_the_launcher_recorded_for_it() -> None:
         gone.stderr
         == f"error: stopping before it starts: its launcher (pid {2**22 + 1}) is gone: nothing was written\n"
     )
+
+
+def test_a_make_that_got_sighup_counts_as_stopping(tmp_path) -> None:
+    """GNU make sent SIGHUP by PID waits for its recipe (it takes the terminal to have signalled it too): the
+    handler it puts back to the default is the sign."""
+    from solomon.lifeline import stopping
+
+    (tmp_path / "Makefile").write_text("all:\n\tsleep 30\n")
+    make = subprocess.Popen(["make", "-s", "-C", str(tmp_path)], start_new_session=True)
+    try:
+        process = psutil.Process(make.pid)
+        time.sleep(0.5)  # make has installed its handlers and started its recipe
+        assert stopping(process) is None
+        make.send_signal(signal.SIGHUP)
+        time.sleep(0.2)
+        assert make.poll() is None  # still there, waiting for `sleep`
+        assert stopping(process) == "SIGHUP"
+    finally:
+        os.killpg(make.pid, signal.SIGKILL)
+        make.wait()
