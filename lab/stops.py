@@ -292,8 +292,8 @@ def sweep(root: Path, launchers=LAUNCHERS, stages=STAGES, signals=SIGNALS, momen
         for launcher in launchers:
             for signal_name in signals:
                 for delay_s in moments:
-                    work = root / "case"
-                    shutil.rmtree(work, ignore_errors=True)
+                    # a case of its own: a queued task's worker may still write in the previous case's copy
+                    work = root / f"case-{len(outcomes)}"
                     work.mkdir(parents=True)
                     outcome = run_case(base, work, launcher, stage, signal_name, delay_s, reference)
                     progress(json.dumps(asdict(outcome)))
