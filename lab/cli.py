@@ -360,7 +360,7 @@ def _stops(args: argparse.Namespace) -> None:
 
     from lab.stops import record, render_into, sweep
 
-    with tempfile.TemporaryDirectory(prefix="solomon-stops-") as root:
+    with tempfile.TemporaryDirectory(prefix="solomon-stops-", ignore_cleanup_errors=True) as root:
         outcomes = sweep(
             Path(root),
             launchers=args.launchers.split(","),

@@ -41,9 +41,9 @@ STAGE_OUTPUTS = {"prepare": ["data/corpus"], "train": ["models", "reports/train_
 # The launchers start with SIGHUP's default action, as from a terminal, even where the sweep runs under nohup (an
 # ignored signal stays ignored across exec, and would make every SIGHUP case a no-op); `env` execs, keeping the PID.
 DEFAULT_SIGHUP = ["env", "--default-signal=HUP"]
-# A stopped train stage still appends its last step and writes a checkpoint: every other output of the pipeline
-# (dvc.lock included) written after the signal means a stage ran on to its end.
-STOPPING_WRITES = {"reports/train_log.tsv", "reports/train_evals.jsonl"}
+# A stopped train stage still appends its last step and writes a checkpoint, and `dvc` records a stage that ended
+# before it stopped in dvc.lock: every other output of the pipeline written after the signal is work that ran on.
+STOPPING_WRITES = {"reports/train_log.tsv", "reports/train_evals.jsonl", "dvc.lock"}
 
 
 @dataclass

@@ -81,7 +81,7 @@ def orphaned(process: psutil.Process | None = None, recorded_launcher: int | Non
     parent = process.parent()
     while parent is not None:
         if not _alive(parent):  # exiting: a launcher's last threads hold its children for a moment after its main one
-            return f"its launcher is gone ({_name(parent)}, pid {parent.pid}, is exiting)"
+            return f"its launcher is gone (pid {parent.pid} above it is exiting)"
         try:
             if os.getpgid(parent.pid) != group:
                 break

