@@ -50,6 +50,7 @@ def workspace(repo_copy):
     return repo_copy
 
 
+@pytest.mark.long
 def test_each_bad_override_stops_with_one_line_and_touches_no_output(workspace) -> None:
     before = outputs(workspace)
     for overrides, expected in CASES:

@@ -75,6 +75,7 @@ def uninterrupted(built_repo: Path, tmp_path_factory) -> tuple[Path, dict, dict]
     return corpus, data_outputs(clean), lock_entries(clean)
 
 
+@pytest.mark.long
 def test_data_stages_killed_anywhere_rerun_to_the_same_bytes(built_repo: Path, tmp_path: Path, uninterrupted) -> None:
     corpus, expected, expected_lock = uninterrupted
     killed = with_corpus(shutil.copytree(built_repo, tmp_path / "killed", symlinks=True), corpus)

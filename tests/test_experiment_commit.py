@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import ROOT, dvc, tree_digest
 from cryptography.hazmat.primitives import serialization
@@ -51,6 +52,7 @@ def _solomon(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([SOLOMON, *args], cwd=repo, env=pipeline_env(), capture_output=True, text=True)
 
 
+@pytest.mark.long
 def test_an_experiment_commits_its_run_directory_and_exp_show_shows_changed_params_and_results(
     repo_copy: Path, tmp_path: Path
 ) -> None:

@@ -74,6 +74,7 @@ def pings(port: int) -> bool:
         return False
 
 
+@pytest.mark.long
 def test_lineage_holds_then_names_the_registry_link_once_the_alias_moves(repo_copy: Path, tmp_path: Path) -> None:
     write_params(repo_copy, POLICY)
     first = latest_run_dir(repo_copy)

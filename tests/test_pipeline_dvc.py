@@ -166,6 +166,7 @@ def test_a_changed_params_list_reruns_check_for_that_stage(repo_copy: Path) -> N
     assert "tracking" in json.loads((repo_copy / "data/checked/evaluate.json").read_text())
 
 
+@pytest.mark.long
 def test_exp_run_changes_warmup_and_metrics_diff_shows_it(repo_copy: Path) -> None:
     run(["git", "add", "-A"], repo_copy)
     run(["git", "commit", "-q", "-m", "baseline run"], repo_copy)

@@ -93,6 +93,7 @@ def test_a_portable_run_refuses_to_resume_in_the_default_mode(built_repo: Path, 
     assert "resume refused: params.train.portable differs" in refused.stderr
 
 
+@pytest.mark.long
 def test_a_portable_run_replays_bit_identically_and_any_difference_is_different(repo_copy: Path) -> None:
     write_params(repo_copy, PORTABLE_TRAIN | {"tracking": {"enabled": False}})
     dvc(repo_copy, "repro", "report")

@@ -33,6 +33,7 @@ def retrain(repo: Path, overrides: dict) -> None:
     dvc(repo, "repro")
 
 
+@pytest.mark.long
 def test_the_gate_refuses_for_each_reason_and_promotes_a_better_run(repo_copy: Path, tmp_path: Path) -> None:
     first = latest_run_dir(repo_copy)
     done = promote(repo_copy)  # params.yaml asks test.bits_per_byte <= 1.6; the tiny model is far above

@@ -46,6 +46,7 @@ def test_the_final_stretch_replays_bit_identical(built_repo: Path) -> None:
     )
 
 
+@pytest.mark.long
 def test_a_run_with_a_weight_average_replays_it_bit_identical_too(repo_copy: Path) -> None:
     write_params(repo_copy, {"train": {"ema_decay": 0.9}})
     dvc(repo_copy, "repro")

@@ -237,6 +237,7 @@ def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:
     assert dvc(repo_copy, "status").stdout.strip().endswith("up to date.")
 
 
+@pytest.mark.long
 def test_temp_and_queued_experiments_log_to_the_workspace_store(repo_copy: Path, monkeypatch) -> None:
     """`dvc exp run --temp` and `--queue` run in a copy under .dvc/tmp/exps/; their runs land in the
     workspace's mlflow.db, each its own MLflow run named <exp-name>-<training run id>."""

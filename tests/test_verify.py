@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import dvc, flip_last_byte, latest_run_dir
 
 from lab.scratch import write_params
@@ -105,6 +106,7 @@ def test_a_subset_and_bad_input(repo_copy: Path) -> None:
     assert done.returncode == 2 and f"{LATEST} not found" in done.stderr
 
 
+@pytest.mark.long
 def test_an_older_run_verifies_from_the_dvc_cache_after_the_workspace_moved_on(repo_copy: Path) -> None:
     old_run = latest_run_dir(repo_copy)
     write_params(repo_copy, {"lr": {"warmup": 10}})
