@@ -53,7 +53,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     scores.add_argument("--out", default="docs/scores/three-ways.json", help="where the JSON record goes")
     scores.set_defaults(func=_scores)
     stops = commands.add_parser(
-        "stops", help="a signal to the pipeline's launcher at moments from 0 to 3 s after a stage starts (minutes)"
+        "stops", help="a signal to the pipeline's launcher at chosen moments after a stage's process appears"
     )
     stops.add_argument("--label", required=True, help="what the record is of (before, after)")
     stops.add_argument("--out", required=True, help="where the JSON record goes (docs/stops/<label>.json)")

@@ -1,13 +1,13 @@
 """A stop at any moment (`python -m lab stops`): a signal to the pipeline's launcher at chosen moments after a
-stage's process appears — during its start-up as well as its work — and what is left of the pipeline 10 s later.
+stage's process appears — during its start-up as well as its work — and what is left of the pipeline a while later.
 
 Each case runs in a copy of a tiny pipeline: ``dvc repro`` or ``make run`` (the repository's Makefile) started in a
 session of its own, or a queued experiment (`dvc exp run --queue`, `dvc queue start`) whose task's `dvc` is the
 launcher. Once a process running ``stages/<stage>.py`` exists, the runner waits the case's delay and sends the
 signal to the launcher's PID alone, as `timeout`, a supervisor or `kill PID` do. The pipeline's processes are found
 three ways — the launcher's descendants seen before the signal, its process group, and every process whose working
-directory lies in the copy — and watched by PID (and start time) for 10 s. The record keeps, per case, how long the
-last of them lived, what was still alive at 10 s, the stage's `error:` lines, and the half-written files left.
+directory lies in the copy — and watched by PID (and start time) for ``WATCH_S``. The record keeps, per case, how long
+the last of them lived, what was still alive at the end, the stage's `error:` lines, and the half-written files left.
 ``resume_matches`` then runs a plain ``dvc repro`` of the stage and compares its outputs with an uninterrupted run's.
 """
 
@@ -34,7 +34,7 @@ MOMENTS_S = (0.0, 0.01, 0.05, 0.1, 0.25, 1.0, 3.0)
 LAUNCHERS = ("dvc repro", "make run", "queued dvc exp run")
 SIGNALS = ("SIGTERM", "SIGHUP")
 STAGES = ("prepare", "train")  # a data stage (the first) and the train stage
-WATCH_S = 10.0  # "alive 10 s later"
+WATCH_S = 10.0  # seconds: "alive this long after the signal" is what the sweep looks for
 # The train stage of the sweep runs longer than the tiny config's 30 steps, so that a late signal lands mid-training.
 TRAIN_STEPS = 200
 STAGE_OUTPUTS = {"prepare": ["data/corpus"], "train": ["models", "reports/train_log.tsv", "reports/train_evals.jsonl"]}
@@ -53,8 +53,8 @@ class Outcome:
     signal: str
     delay_s: float
     stage_started: bool  # the stage's process existed when the signal was sent
-    last_exit_s: float | None  # when the last process of the pipeline was gone, after the signal; None: not in 10 s
-    alive_after: list[str] = field(default_factory=list)  # "pid cmdline" of each still alive 10 s later
+    last_exit_s: float | None  # when the last process of the pipeline was gone, after the signal; None: not in WATCH_S
+    alive_after: list[str] = field(default_factory=list)  # "pid cmdline" of each still alive after WATCH_S
     ran_on: list[str] = field(default_factory=list)  # the pipeline's outputs written after the signal
     lines: list[str] = field(default_factory=list)  # the `error:` lines the pipeline printed
     half_written: list[str] = field(default_factory=list)
@@ -315,7 +315,7 @@ def record(outcomes: list[Outcome], label: str, code: str) -> dict:
 
 def table(record_: dict) -> str:
     """The record as a table: one row per launcher × stage × signal, a column per moment (the time the last process
-    of the pipeline lived after the signal, or what was still alive 10 s later)."""
+    of the pipeline lived after the signal, or what was still alive after ``WATCH_S``)."""
     moments = sorted({case["delay_s"] for case in record_["cases"]})
     header = "| launcher | stage | signal | " + " | ".join(f"{m * 1000:g} ms" for m in moments) + " |"
     rows = [header, "|" + "---|" * (3 + len(moments))]

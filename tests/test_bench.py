@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import LAB
 
@@ -19,6 +20,7 @@ from solomon.machine import bf16_matmul_native
 from solomon.params import PARAMS_FILE, Params, read_yaml
 
 
+@pytest.mark.long
 def test_bench_reports_mfu_per_variant_and_the_stage_overheads(repo_copy: Path) -> None:
     done = subprocess.run(
         [

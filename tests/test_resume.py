@@ -174,6 +174,7 @@ def test_malicious_checkpoint_is_refused_and_never_runs(built_repo: Path, tmp_pa
     assert not marker.exists()
 
 
+@pytest.mark.long
 def test_dvc_repro_killed_mid_training_resumes_with_plain_dvc_repro(repo_copy: Path, long_reference: dict) -> None:
     from conftest import DVC
 
@@ -234,6 +235,7 @@ CHAIN = (
 )
 
 
+@pytest.mark.long
 def test_a_kill_at_every_named_crash_point_resumes_to_the_same_bytes(repo_copy: Path, built_repo: Path) -> None:
     """The train stage, run as DVC runs it (its command from dvc.yaml), SIGKILLed at every durable write in turn;
     then `dvc repro` ends with the model, logs and metrics of the uninterrupted run."""

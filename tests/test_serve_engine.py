@@ -11,6 +11,7 @@ import subprocess
 import threading
 from pathlib import Path
 
+import pytest
 from conftest import wait_until
 from serve_helpers import SOLOMON, request, start, stop, wait
 
@@ -155,6 +156,7 @@ def test_bf16_serves_the_same_text_at_any_load_and_says_so_in_its_provenance(rep
     assert process.returncode == 0, process.stderr.read()
 
 
+@pytest.mark.long
 def test_an_overload_gets_only_200_and_429_and_a_client_gone_mid_stream_frees_its_slot(repo_copy: Path) -> None:
     process, port = start(repo_copy, "--slots", "2", "--queue", "4", "--max-tokens", str(LONG), "--timeout", "120")
     try:

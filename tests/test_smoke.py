@@ -14,6 +14,7 @@ from lab.scratch import PIPELINE_FILES, lab_env
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.long
 def test_smoke_runs_everything_and_touches_nothing(tmp_path: Path) -> None:
     workspace = tmp_path / "workspace"
     workspace.mkdir()

@@ -166,6 +166,7 @@ def run_id_of(repo: Path) -> str:
     return json.loads((repo / "checkpoints/index.json").read_text())["run_id"]
 
 
+@pytest.mark.long
 def test_live_training_rides_out_a_server_that_is_down_comes_back_and_dies(
     repo_copy: Path, idle_server: Server, tmp_path: Path
 ) -> None:
