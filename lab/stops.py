@@ -53,6 +53,7 @@ class Outcome:
     signal: str
     delay_s: float
     stage_started: bool  # the stage's process existed when the signal was sent
+    stage_running: bool  # a stage (this one or a later one) was running at the signal, to say why it stopped
     last_exit_s: float | None  # when the last process of the pipeline was gone, after the signal; None: not in WATCH_S
     alive_after: list[str] = field(default_factory=list)  # "pid cmdline" of each still alive after WATCH_S
     ran_on: list[str] = field(default_factory=list)  # the pipeline's outputs written after the signal
@@ -177,9 +178,11 @@ def describe_process(process: psutil.Process) -> str:
 
 
 def stage_process(processes: dict[int, psutil.Process], stage: str) -> psutil.Process | None:
+    """The process running ``stages/<stage>.py`` (``*``: any stage), or None."""
     for process in list(processes.values()):
         try:
-            if f"stages/{stage}.py" in " ".join(process.cmdline()):
+            command = " ".join(process.cmdline())
+            if f"stages/{stage}.py" in command or (stage == "*" and "stages/" in command):
                 return process
         except psutil.Error:
             continue
@@ -244,10 +247,11 @@ def run_case(base: Path, work: Path, launcher: str, stage: str, signal_name: str
     time.sleep(delay_s)
     try:
         seen.update({child.pid: child for child in leader.children(recursive=True)})
+        running = stage_process({pid: p for pid, p in seen.items() if p.is_running()}, "*") is not None
         group = os_getpgid(leader.pid) or leader.pid
         leader.send_signal(getattr(signal, signal_name))
     except psutil.Error:
-        group = leader.pid
+        group, running = leader.pid, False
     signalled, signalled_at = time.monotonic(), time.time()
     processes = pipeline_processes(repo, group, seen, above)
     last_exit_s = None
@@ -258,7 +262,8 @@ def run_case(base: Path, work: Path, launcher: str, stage: str, signal_name: str
             break
         time.sleep(0.05)
     left = alive(pipeline_processes(repo, group, processes, above))
-    outcome = Outcome(launcher, stage, signal_name, delay_s, started, last_exit_s, [describe_process(p) for p in left])
+    left_alive = [describe_process(process) for process in left]
+    outcome = Outcome(launcher, stage, signal_name, delay_s, started, running, last_exit_s, left_alive)
     for process in left:  # the orphans of the case, by PID
         with contextlib.suppress(psutil.Error):
             process.kill()

@@ -28,7 +28,9 @@ def check(outcome: Outcome) -> None:
     assert outcome.stage_started, f"{case}: the stage's process never appeared"
     assert not outcome.alive_after, f"{case}: alive 10 s later: {outcome.alive_after}"
     assert not outcome.ran_on, f"{case}: written after the signal: {outcome.ran_on}"
-    if outcome.launcher != "queued dvc exp run":  # the queue's worker may kill its task's group before it can say
+    # a signal between two stages stops `dvc` with none running, to say so; the queue's worker may kill its task's
+    # group before it can say
+    if outcome.stage_running and outcome.launcher != "queued dvc exp run":
         assert any(line.startswith("error: stopping") for line in outcome.lines), f"{case}: {outcome.lines}"
     assert not any("Traceback" in line for line in outcome.lines), f"{case}: {outcome.lines}"
     assert not outcome.half_written, f"{case}: half-written: {outcome.half_written}"
@@ -41,7 +43,7 @@ SLICE = (
     ("dvc repro", "train", "SIGTERM", 0.0),
     ("dvc repro", "prepare", "SIGHUP", 0.01),
     ("make run", "train", "SIGHUP", 0.1),
-    ("make run", "prepare", "SIGTERM", 1.0),
+    ("make run", "prepare", "SIGTERM", 0.25),
 )
 
 
