@@ -120,12 +120,13 @@ def last_written(path: Path) -> float:
 
 
 def half_written(repo: Path) -> list[str]:
-    """Temporary or displaced files a write leaves only while it is in progress (solomon.atomic)."""
-    return sorted(
-        str(path.relative_to(repo))
-        for path in repo.rglob("*")
-        if not {".git", ".dvc"} & set(path.relative_to(repo).parts) and path.name.endswith((".tmp", ".old"))
-    )
+    """Temporary or displaced files a write leaves only while it is in progress (solomon.atomic). ``os.walk`` passes
+    over folders removed while it walks (a queued task's copy of the workspace goes with its task)."""
+    found = []
+    for folder, dirs, files in os.walk(repo):
+        dirs[:] = [name for name in dirs if name not in (".git", ".dvc")]
+        found += [str(Path(folder, name).relative_to(repo)) for name in dirs + files if name.endswith((".tmp", ".old"))]
+    return sorted(found)
 
 
 def make_run_command() -> list[str]:
