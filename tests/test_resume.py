@@ -14,6 +14,7 @@ import pytest
 import yaml
 from conftest import ROOT, digest, dvc, logged_steps, run_train, start_train, wait_for_steps, wait_until, workdir
 
+from lab.stops import half_written
 from solomon.pipeline import pipeline_env, stage_command
 from solomon.records import DETERMINISTIC_COLUMNS, EVAL_LOG, STEP_LOG
 
@@ -313,15 +314,6 @@ def test_a_killed_queue_task_stops_its_training_in_one_line(repo_copy: Path) -> 
     told = "\n".join(path.read_text(errors="replace") for path in (copies / "run").glob("*/*.out"))
     assert "Traceback" not in told, told[-3000:]
     assert "working directory was removed" in told or "checkpoint written, exiting with" in told, told[-3000:]
-
-
-def half_written(repo: Path) -> list[str]:
-    """Temporary or displaced files a write leaves only while it is in progress (solomon.atomic)."""
-    return sorted(
-        str(path.relative_to(repo))
-        for path in repo.rglob("*")
-        if not {".git", ".dvc"} & set(path.relative_to(repo).parts) and path.name.endswith((".tmp", ".old"))
-    )
 
 
 def make_run(bin_dir: Path) -> list[str]:
