@@ -343,3 +343,20 @@ def test_a_stopped_stage_leaves_no_worker_behind(tmp_path: Path, large_corpus: P
         assert stage.returncode == 130, f"the stage ended {stage.returncode} after SIGINT; its stderr: {err}"
         assert err.strip() == "error: interrupted: the stage's previous outputs are left as they were"
     assert not (tmp_path / "data/corpus").exists()
+
+
+def test_a_map_left_early_kills_its_workers_at_once() -> None:
+    """A stop reaches the stage while its workers hold items: it is not held until they finish (a stuck one never
+    would); the same when an item fails or the reader stops reading."""
+    import psutil
+
+    from solomon.data.parallel import ordered_map
+
+    results = ordered_map(time.sleep, [0, 3600, 3600, 3600], workers=2, in_flight=3)
+    assert next(results) is None
+    workers = [p for p in psutil.Process().children() if "resource_tracker" not in " ".join(p.cmdline())]
+    assert len(workers) == 2, [p.cmdline() for p in workers]
+    started = time.monotonic()
+    results.close()  # as a Stopped raised in the reader does
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive and time.monotonic() - started < 30, [p.cmdline() for p in alive]

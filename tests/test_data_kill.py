@@ -121,7 +121,11 @@ def test_a_signal_to_dvc_repro_alone_stops_the_data_stage_and_its_workers(
     started = running()
     assert started, f"the {stage} stage ended before it could be stopped: give it a larger corpus"
     dvc.send_signal(getattr(signal, signal_name))  # dvc alone, not its process group
-    output, _ = dvc.communicate(timeout=120)
+    try:
+        output, _ = dvc.communicate(timeout=120)
+    except subprocess.TimeoutExpired as timeout:  # name what is still running, and what it last said
+        left = [f"{p.pid} {p.status()} {command(p)}" for p in started if p.is_running()]
+        raise AssertionError(f"still running: {left}; its last output: {(timeout.output or b'')[-1500:]!r}") from None
     _, alive = psutil.wait_procs(started, timeout=30)
     assert not alive, [p.cmdline() for p in alive]
     assert "error: stopping: dvc repro" in output, output[-2000:]

@@ -53,22 +53,38 @@ def ordered_map(
     # spawn, not fork: the stages run threads (progress bars, tokenizers' pool) that a fork would copy half-held.
     # A worker that dies (killed, out of memory) fails the map with BrokenProcessPool rather than hanging it.
     start = partial(_worker_start, initializer, os.getpid())
-    with ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), start) as pool:
-        pending: deque = deque()
-        try:
-            for item in items:
-                pending.append(pool.submit(function, item))
-                if len(pending) >= limit:
-                    yield pending.popleft().result()
-            while pending:
+    pool = ProcessPoolExecutor(workers, multiprocessing.get_context("spawn"), start)
+    pending: deque = deque()
+    finished = False
+    try:
+        for item in items:
+            pending.append(pool.submit(function, item))
+            if len(pending) >= limit:
                 yield pending.popleft().result()
-        except BrokenProcessPool:
-            raise SolomonError(
-                "a worker process died (killed, or out of memory): rerun, with --workers 1 to use less memory"
-            ) from None
-        finally:
-            for future in pending:
-                future.cancel()
+        while pending:
+            yield pending.popleft().result()
+        finished = True
+    except BrokenProcessPool:
+        raise SolomonError(
+            "a worker process died (killed, or out of memory): rerun, with --workers 1 to use less memory"
+        ) from None
+    finally:
+        if finished:
+            pool.shutdown()
+        else:  # a stop signal, an error or a reader that left: no result is wanted, so none is waited for
+            _kill_workers(pool)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """End the pool now: waiting for the items in the workers would hold a stop for as long as an item takes, and
+    for ever where one is stuck."""
+    kill = getattr(pool, "kill_workers", None)  # Python 3.14
+    if kill is not None:
+        kill()
+    else:
+        for process in list((pool._processes or {}).values()):
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _worker_start(initializer: Callable[[], None] | None, stage_pid: int) -> None:
