@@ -126,10 +126,10 @@ serve: setup
 # REMOTE=<name>: another remote than the default one.
 REMOTE ?=
 push: setup
-	$(BIN)/dvc push $(if $(REMOTE),--remote $(REMOTE))
+	$(BIN)/solomon push $(if $(REMOTE),--remote $(REMOTE))
 
 pull: setup
-	$(BIN)/dvc pull $(if $(REMOTE),--remote $(REMOTE))
+	$(BIN)/solomon pull $(if $(REMOTE),--remote $(REMOTE))
 
 # A benchmark, not a test: prints a table and writes reports/bench/<time>.json (the train part needs `make run`).
 bench: setup

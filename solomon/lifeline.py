@@ -66,7 +66,9 @@ def orphaned(process: psutil.Process | None = None, recorded_launcher: int | Non
 
     A process inside a group (`dvc`'s shell and stage, under `dvc` or `make`): its chain of parents in the group
     must reach the group's leader; a chain that leaves the group below the leader was cut, its lower end
-    re-parented; a `make` on the chain that has received a stop signal counts as gone (``stopping``). The one chain
+    re-parented: a cut at this process, or at the shell it runs in (`dvc`'s `sh -c`), means the launcher that ran it
+    died; a cut higher up (a script that started `dvc repro &` and exited) is the affair of the living launcher
+    below it. A `make` on the chain that has received a stop signal counts as gone (``stopping``). The one chain
     that legitimately leaves the group early, a pipeline's later command (`a | stage`, whose leader `a` is a
     sibling), hangs from the shell that leads the session. A group's leader: its parent must be ``recorded_launcher``
     where one was recorded (``LAUNCHER_ENV``); nothing else tells a parent that died from one that was never there.
@@ -79,6 +81,7 @@ def orphaned(process: psutil.Process | None = None, recorded_launcher: int | Non
         return f"its launcher (pid {recorded_launcher}) is gone"
     lowest = process
     parent = process.parent()
+    depth = 0  # of ``lowest`` above ``process``
     while parent is not None:
         if not _alive(parent):  # exiting: a launcher's last threads hold its children for a moment after its main one
             return f"its launcher is gone (pid {parent.pid} above it is exiting)"
@@ -92,9 +95,11 @@ def orphaned(process: psutil.Process | None = None, recorded_launcher: int | Non
             return f"{_name(parent)} (pid {parent.pid}) above it got {received} and waits for its children to end"
         if parent.pid == group:
             return None
-        lowest, parent = parent, parent.parent()
+        lowest, parent, depth = parent, parent.parent(), depth + 1
     if parent is None or parent.pid == os.getsid(process.pid):
         return None
+    if depth > 1 or (depth == 1 and not _is_shell(lowest)):  # a cut above the launcher that runs this process
+        return None  # (a script that left `make run &` running): that launcher lives, and this process goes with it
     which = "this process" if lowest.pid == process.pid else f"{_name(lowest)} (pid {lowest.pid}), which started it,"
     return f"its launcher is gone ({which} was re-parented to pid {parent.pid})"
 
@@ -196,6 +201,14 @@ def _signal_set(pid: int, field: str) -> frozenset[int]:
     except (OSError, ValueError):
         pass
     return frozenset()
+
+
+def _is_shell(process: psutil.Process) -> bool:
+    """A shell running a command line (`sh -c`): what `dvc` runs a stage's command in."""
+    try:
+        return os.path.basename(process.exe() or "") in ("sh", "dash", "bash", "zsh", "ksh")
+    except psutil.Error:
+        return False
 
 
 def _alive(process: psutil.Process) -> bool:

@@ -164,3 +164,20 @@ def test_a_make_that_got_sighup_counts_as_stopping(tmp_path) -> None:
     finally:
         os.killpg(make.pid, signal.SIGKILL)
         make.wait()
+
+
+def test_a_job_left_running_by_a_script_that_ended_is_not_an_orphan(tmp_path) -> None:
+    """`sh -c 'launcher &'` that exits at once (a script starting `make run &`): the process's own launcher lives,
+    so the cut above it (the script's shell gone, the launcher re-parented) does not stop it."""
+    from conftest import wait_until
+
+    out = tmp_path / "out.txt"
+    launcher = tmp_path / "launcher.py"  # waits for the shell to be gone, then runs the probe as its child
+    launcher.write_text(
+        "import subprocess, sys, time\n"
+        "time.sleep(0.5)\n"
+        f"subprocess.run([sys.executable, '-c', {PROBE_ORPHANED!r}], stdout=open({str(out)!r}, 'w'))\n"
+    )
+    subprocess.run(["sh", "-c", f"{sys.executable} {launcher} &"], start_new_session=True, check=True)
+    wait_until(lambda: out.exists() and out.read_text(), "the probe's answer", timeout=30)
+    assert out.read_text().strip() == "None"

@@ -1,5 +1,5 @@
-"""`solomon try` and `solomon repair-lock`: the pipeline on its tiny config as an experiment in the workspace, and
-`dvc.lock` after a kill."""
+"""`solomon try`, `solomon repair-lock`, `solomon push` and `solomon pull`: the pipeline on its tiny config as an
+experiment in the workspace, `dvc.lock` after a kill, and a run's files to and from the DVC remote."""
 
 from __future__ import annotations
 
@@ -27,6 +27,15 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     add_root(repair)
     repair.set_defaults(func=_repair_lock)
+    for direction, what in (("push", "send the run's files to"), ("pull", "bring this commit's run files from")):
+        transfer = commands.add_parser(
+            direction,
+            help=f"dvc {direction}: {what} the DVC remote, after asking an S3 remote for its bucket; what goes wrong "
+            "(credentials, bucket, endpoint, files the remote lacks) in one line (docs/remote.md)",
+        )
+        add_root(transfer)
+        transfer.add_argument("--remote", help="the DVC remote (default: the repository's default remote)")
+        transfer.set_defaults(func=_transfer, direction=direction)
 
 
 def _try(args: argparse.Namespace) -> None:
@@ -53,3 +62,9 @@ def _repair_lock(args: argparse.Namespace) -> None:
     from solomon.dvc_lock import repair_lock
 
     print(repair_lock(Path(args.root)) or "dvc.lock is readable: nothing to repair")
+
+
+def _transfer(args: argparse.Namespace) -> None:
+    from solomon.remote import transfer
+
+    print(f"{args.direction}: {transfer(Path(args.root), args.direction, args.remote)}")

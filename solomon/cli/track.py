@@ -94,8 +94,9 @@ def _register_server(track: argparse._SubParsersAction) -> None:
     )
     server.add_argument(
         "--artifacts",
-        type=Path,
-        help=f"the artifact root (default: the workspace store's own, or {SERVER_ARTIFACTS} with --backend)",
+        default=os.environ.get("MLFLOW_ARTIFACTS_DESTINATION"),
+        help="the artifact root, a directory or s3://<bucket>/<prefix> (default: $MLFLOW_ARTIFACTS_DESTINATION, "
+        f"else the workspace store's own, or {SERVER_ARTIFACTS} with --backend; docs/tracking.md)",
     )
     server.add_argument("--pid-file", default=PID_FILE, help=f"where the server's PID is kept (default: {PID_FILE})")
     server.add_argument("--log", default=LOG_FILE, help=f"the server's log (default: {LOG_FILE})")

@@ -41,9 +41,18 @@ def wait_healthy(port: int, timeout: float = 90.0, process: subprocess.Popen | N
 
 
 SERVER_ARTIFACTS = "mlflow-server-artifacts"  # the artifact root beside a backend store named by the user
+# An artifact root is a local directory or a bucket: s3://<bucket>/<prefix>, reached with the AWS credentials in the
+# server's environment and MLFLOW_S3_ENDPOINT_URL for an S3-compatible store (clients need neither: proxied).
+Artifacts = Path | str
 
 
-def served_store(backend_uri: str | None, artifacts_dir: Path | None, root: Path = Path(".")) -> tuple[str, Path]:
+def artifacts_destination(artifacts: Artifacts) -> str:
+    return artifacts if isinstance(artifacts, str) and "://" in artifacts else Path(artifacts).resolve().as_uri()
+
+
+def served_store(
+    backend_uri: str | None, artifacts_dir: Artifacts | None, root: Path = Path(".")
+) -> tuple[str, Artifacts]:
     """The backend store and artifact root a server serves: those given; without a backend, the workspace's own
     store (``mlflow.db`` and its artifacts, where the stages log and `solomon promote` registers, built first when
     new), so the server shows the workspace's runs, models and aliases; beside another backend, ``SERVER_ARTIFACTS``
@@ -57,14 +66,14 @@ def served_store(backend_uri: str | None, artifacts_dir: Path | None, root: Path
     return uri, artifacts_dir or workspace_artifacts(root)
 
 
-def server_command(port: int, backend_uri: str, artifacts_dir: Path, app_name: str | None = None) -> list[str]:
+def server_command(port: int, backend_uri: str, artifacts_dir: Artifacts, app_name: str | None = None) -> list[str]:
     command = [
         str(Path(sys.executable).parent / "mlflow"), "server",
         "--host", "127.0.0.1",
         "--port", str(port),
         "--backend-store-uri", backend_uri,
         "--serve-artifacts",
-        "--artifacts-destination", artifacts_dir.resolve().as_uri(),
+        "--artifacts-destination", artifacts_destination(artifacts_dir),
         "--allowed-hosts", f"127.0.0.1:{port},localhost:{port}",
         "--workers", "1",
     ]  # fmt: skip
@@ -74,11 +83,25 @@ def server_command(port: int, backend_uri: str, artifacts_dir: Path, app_name: s
 
 
 def start(
-    port: int, backend_uri: str, artifacts_dir: Path, log_path: Path, app_name: str | None = None, timeout: float = 90.0
+    port: int,
+    backend_uri: str,
+    artifacts_dir: Artifacts,
+    log_path: Path,
+    app_name: str | None = None,
+    timeout: float = 90.0,
 ) -> subprocess.Popen:
-    """Start the server in its own process group and return once /health answers."""
+    """Start the server in its own process group and return once /health answers. A bucket for artifacts is asked
+    for first: a server that starts healthy on a missing bucket or a wrong secret fails only at the first upload."""
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
-    artifacts_dir.mkdir(parents=True, exist_ok=True)
+    destination = artifacts_destination(artifacts_dir)
+    if destination.startswith("s3://"):
+        from solomon.remote import s3_problem
+
+        problem = s3_problem(destination, os.environ.get("MLFLOW_S3_ENDPOINT_URL"), S3_CREDENTIALS_HINT)
+        if problem:
+            raise SolomonError(f"the artifact store: {problem}")
+    else:
+        Path(destination.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - handed to the server process
     process = subprocess.Popen(
         server_command(port, backend_uri, artifacts_dir, app_name),
@@ -96,6 +119,12 @@ def start(
         # The last line may quote the backend store's URI, password included.
         raise SolomonError(f"mlflow server on 127.0.0.1:{port} did not become healthy: {redact(tail[0])[:300]}")
     return process
+
+
+S3_CREDENTIALS_HINT = (
+    "give the server AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in its environment, and "
+    "MLFLOW_S3_ENDPOINT_URL for an S3-compatible store"
+)
 
 
 def stop_process(pid: int, timeout: float = 30.0) -> None:
@@ -118,7 +147,7 @@ def stop_process(pid: int, timeout: float = 30.0) -> None:
 
 
 def start_to_pid_file(
-    port: int, backend_uri: str, artifacts_dir: Path, pid_file: Path, log_path: Path, app_name: str | None = None
+    port: int, backend_uri: str, artifacts_dir: Artifacts, pid_file: Path, log_path: Path, app_name: str | None = None
 ) -> int:
     if pid_file.exists():
         raise SolomonError(f"{pid_file} exists: a server may be running; `make mlflow-stop` first")
