@@ -46,6 +46,7 @@ def ignore_run_state(repo: Path) -> None:
         ignore.write("/checkpoints/\n/mlflow.db\n/mlartifacts/\n")
 
 
+@pytest.mark.long  # the S3 round trip below runs the same chain in make test
 def test_a_fresh_clone_pulls_the_run_then_verifies_generates_and_replays(repo_copy: Path, tmp_path: Path) -> None:
     ignore_run_state(repo_copy)
     dvc(repo_copy, "remote", "add", "-d", "storage", str(tmp_path / "remote"))
@@ -59,7 +60,7 @@ def test_a_fresh_clone_pulls_the_run_then_verifies_generates_and_replays(repo_co
     use_the_pulled_run(clone)
 
 
-@pytest.mark.parametrize("credentials", ["environment", "config.local"])
+@pytest.mark.parametrize("credentials", ["environment", pytest.param("config.local", marks=pytest.mark.long)])
 def test_an_s3_remote_round_trip_push_clone_pull_verify_replay(
     repo_copy: Path, tmp_path: Path, credentials: str
 ) -> None:
