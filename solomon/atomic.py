@@ -14,6 +14,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# The targets being written now: a stop (``solomon.stage``) ends the process without unwinding, so it undoes them.
+_writing: set[Path] = set()
+
+
+def abandon_writes() -> None:
+    """Undo every write in progress, as ``tidy`` undoes a killed one: each target is left as it was before."""
+    for target in list(_writing):
+        tidy(target)
+
 
 def _umask() -> int:
     current = os.umask(0)
@@ -60,6 +69,7 @@ def write_with(path: str | Path, writer: Callable[[Path], None], crash_point: Ca
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tidy(path)
+    _writing.add(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -73,6 +83,7 @@ def write_with(path: str | Path, writer: Callable[[Path], None], crash_point: Ca
         _fsync_dir(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+        _writing.discard(path)
 
 
 def write_bytes(path: str | Path, data: bytes, crash_point: Callable[[str], None] = no_crash) -> None:
@@ -104,6 +115,7 @@ def staged_dir(target: str | Path, crash_point: Callable[[str], None] = no_crash
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tidy(target)
+    _writing.add(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp creates 0700
     try:
@@ -125,3 +137,4 @@ def staged_dir(target: str | Path, crash_point: Callable[[str], None] = no_crash
         _fsync_dir(target.parent)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        _writing.discard(target)

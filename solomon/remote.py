@@ -45,7 +45,13 @@ def s3_problem(url: str, endpoint_url: str | None, hint: str, **credentials: str
     ``head_bucket``), in words ending with ``hint`` where credentials are at fault; None when it answers."""
     import boto3
     from botocore.config import Config
-    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
 
     bucket = urlparse(url).netloc
     endpoint = endpoint_url or "AWS S3"
@@ -60,6 +66,8 @@ def s3_problem(url: str, endpoint_url: str | None, hint: str, **credentials: str
         client.head_bucket(Bucket=bucket)
     except NoCredentialsError:
         return f"no credentials for {url}: {hint}"
+    except PartialCredentialsError as exc:  # a key without its secret: an empty or unset CI variable
+        return f"incomplete credentials for {url} ({exc}): {hint}"
     except EndpointConnectionError:
         return f"cannot reach {endpoint} for {url}: is the server up, and is the endpoint URL right?"
     except ClientError as exc:

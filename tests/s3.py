@@ -18,6 +18,7 @@ from serve_helpers import free_port
 
 MOTO_SERVER = str(Path(sys.executable).parent / "moto_server")
 REGION = "us-east-1"
+AUTHENTICATED = {"INITIAL_NO_AUTH_ACTION_COUNT": "3"}  # moto's IAM checks on, after the three of user_with_a_key
 
 
 class S3Server:
@@ -25,6 +26,7 @@ class S3Server:
         self.port, self.process = port, process
         self.endpoint = f"http://127.0.0.1:{port}"
         self.name = f"moto_server {version('moto')} on {self.endpoint}"
+        self.key: dict[str, str] = {}
 
     def credentials(self, key_id: str = "solomon-test-key", secret: str = "solomon-test-secret") -> dict[str, str]:
         """AWS-style credentials from the environment, as a CI job or a developer's shell gives them."""
@@ -33,7 +35,7 @@ class S3Server:
     def client(self, **credentials: str):
         import boto3
 
-        keys = credentials or {"key_id": "solomon-test-key", "secret": "solomon-test-secret"}
+        keys = credentials or self.key or {"key_id": "solomon-test-key", "secret": "solomon-test-secret"}
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
@@ -41,6 +43,23 @@ class S3Server:
             aws_access_key_id=keys["key_id"],
             aws_secret_access_key=keys["secret"],
         )
+
+    def user_with_a_key(self) -> dict[str, str]:
+        """An IAM user allowed every S3 action, and its access key, as the environment gives it: for a server
+        started with ``AUTHENTICATED`` (moto checks every request's signature from then on, so a wrong secret is
+        refused with 403 as AWS refuses it). Call it first: its three requests are the unchecked ones."""
+        import json
+
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.endpoint, region_name=REGION, aws_access_key_id="bootstrap",
+                           aws_secret_access_key="bootstrap")  # fmt: skip
+        iam.create_user(UserName="ci")
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="ci", PolicyName="s3", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName="ci")["AccessKey"]
+        self.key = {"key_id": key["AccessKeyId"], "secret": key["SecretAccessKey"]}
+        return self.credentials(key["AccessKeyId"], key["SecretAccessKey"])
 
     def make_bucket(self, name: str) -> str:
         self.client().create_bucket(Bucket=name)

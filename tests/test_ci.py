@@ -186,3 +186,85 @@ def test_gitlab_ci_local_runs_the_lint_job(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "PASS  lint" in done.stdout and "check-jsonschema" in done.stdout
     assert not (ROOT / ".gitlab-ci-local").exists()
+
+
+@pytest.mark.long  # a minute: four faulted jobs and a promotion through two S3-backed stores
+def test_the_promote_job_with_s3_stores_and_its_faults_in_one_line(published, tmp_path: Path, monkeypatch) -> None:
+    """The promote job as CI runs it against the stores teams use: `dvc pull` from an S3 remote and `solomon
+    promote` into an MLflow server whose artifacts live in an S3 bucket (proxied: the job holds no credentials for
+    it), both on an S3-compatible server on loopback that checks every signature. A missing secret, a wrong one, a
+    missing bucket and an endpoint that is down each stop it in one line, before anything is promoted; the rerun
+    with the right variables completes."""
+    from s3 import AUTHENTICATED, s3_server
+    from serve_helpers import free_port
+
+    from solomon.tracking import mlflow_server
+
+    origin, _ = published
+    with s3_server(tmp_path / "moto.log", AUTHENTICATED) as s3:
+        print(f"S3 server: {s3.name}")
+        keys = s3.user_with_a_key()
+        s3.make_bucket("runs")
+        s3.make_bucket("mlflow")
+        dvc(origin, "remote", "add", "--local", "s3store", "s3://runs/dvc")
+        dvc(origin, "remote", "modify", "--local", "s3store", "endpointurl", s3.endpoint)
+        pushed = subprocess.run([str(BIN / "dvc"), "push", "-q", "-r", "s3store"], cwd=origin,
+                                env=pipeline_env() | keys, capture_output=True, text=True)  # fmt: skip
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+        for name, value in {**keys, "MLFLOW_S3_ENDPOINT_URL": s3.endpoint}.items():  # the server's, not the job's
+            monkeypatch.setenv(name, value)
+        port = free_port()
+        server = mlflow_server.start(port, f"sqlite:///{tmp_path / 'server.db'}", "s3://mlflow/artifacts",
+                                     tmp_path / "mlflow.log")  # fmt: skip
+        for name in (*keys, "MLFLOW_S3_ENDPOINT_URL"):
+            monkeypatch.delenv(name)
+        try:
+            variables = {
+                "DVC_REMOTE_URL": "s3://runs/dvc",
+                "DVC_REMOTE_ENDPOINT_URL": s3.endpoint,
+                "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}",
+                "SOLOMON_PROMOTE_PUBLIC_KEY": str(origin.parent / "keys/signing.pub"),
+                **keys,
+            }
+            faults = {
+                "no secret": ({"AWS_SECRET_ACCESS_KEY": ""}, "credentials for s3://runs/dvc"),
+                "a wrong secret": ({"AWS_SECRET_ACCESS_KEY": "wrong"}, "refused these credentials"),
+                "a missing bucket": ({"DVC_REMOTE_URL": "s3://nobucket/dvc"}, "bucket 'nobucket' does not exist"),
+                "the endpoint down": ({"DVC_REMOTE_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}"}, "cannot reach"),
+            }
+            client = MlflowClient(variables["MLFLOW_TRACKING_URI"])
+            for number, (fault, (changed, said)) in enumerate(faults.items()):
+                clone = tmp_path / f"fault{number}" / "clone"
+                done = _ci_job(origin, clone, variables | changed)
+                errors = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower()]
+                assert done.returncode != 0 and len(errors) == 1, (fault, done.stdout, done.stderr)
+                assert said in errors[0], (fault, errors[0])
+                print(f"{fault}: {errors[0]}")
+                assert not list(clone.glob("reports/training/*/promotion.json")), fault
+                assert not client.search_registered_models(), fault
+            rerun = tmp_path / "fault0" / "clone"  # the clone the first fault stopped, its variables put right
+            done = subprocess.run([str(rerun / ".ci/promote")], cwd=rerun, env=pipeline_env() | variables,
+                                  capture_output=True, text=True)  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert "version 1 is now champion" in done.stdout, done.stdout
+            stored = s3.keys("mlflow")
+            assert any(key.endswith("/MLmodel") for key in stored), stored[:10]
+            # the registered model, loaded through the server by a client with no credentials for the bucket
+            load = (
+                "import mlflow; m = mlflow.pyfunc.load_model('models:/solomon@champion'); "
+                "print(m.metadata.run_id, len(m.predict(['In the beginning'], params={'max_tokens': 4})))"
+            )
+            loaded = subprocess.run([sys.executable, "-c", load], env=pipeline_env() | {
+                "MLFLOW_TRACKING_URI": variables["MLFLOW_TRACKING_URI"]}, capture_output=True, text=True)  # fmt: skip
+            assert loaded.returncode == 0 and loaded.stdout.split()[-1] == "1", loaded.stdout + loaded.stderr[-2000:]
+            print(f"promoted: {done.stdout.strip().splitlines()[-1]}; {len(stored)} objects in s3://mlflow/artifacts")
+        finally:
+            mlflow_server.stop_process(server.pid)
+
+
+def _ci_job(origin: Path, clone: Path, variables: dict[str, str]) -> subprocess.CompletedProcess:
+    """The promote job's script in a fresh clone, with exactly ``variables`` as its CI variables."""
+    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True)
+    env = {k: v for k, v in pipeline_env().items() if not k.startswith(("AWS_", "MLFLOW_", "DVC_REMOTE"))}
+    return subprocess.run([str(clone / ".ci/promote")], cwd=clone, env=env | variables, capture_output=True, text=True)
