@@ -323,7 +323,12 @@ def make_run(bin_dir: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("launcher", "signal_name"), [("dvc repro", "SIGTERM"), ("dvc repro", "SIGHUP"), ("make run", "SIGTERM")]
+    ("launcher", "signal_name"),
+    [  # the stop sweep's slice (tests/test_stops.py) stops `make run` in make test too
+        ("dvc repro", "SIGTERM"),
+        pytest.param("dvc repro", "SIGHUP", marks=pytest.mark.long),
+        pytest.param("make run", "SIGTERM", marks=pytest.mark.long),
+    ],
 )
 def test_a_signal_to_dvc_repro_alone_stops_its_training_and_dvc_repro_resumes_exactly(
     repo_copy: Path, long_reference: dict, launcher: str, signal_name: str
