@@ -126,6 +126,21 @@ def missing_from_remote(root: Path, name: str) -> list[str]:
     return sorted(path for path, state in status.items() if state == "missing")
 
 
+def checkout_failures(output: str) -> list[str]:
+    """The outputs a failed `dvc pull` names as not checked out (their files were in neither the cache nor the
+    remote; where a directory's listing is what is missing, `dvc status` cannot see it, so only this names it)."""
+    lines = output.splitlines()
+    marks = [i for i, line in enumerate(lines) if line.rstrip().endswith("Checkout failed for following targets:")]
+    if not marks:
+        return []
+    targets = []
+    for line in lines[marks[0] + 1 :]:
+        if not line.strip() or line.startswith(("Is your cache", "<https://")):
+            break
+        targets.append(line.strip())
+    return targets
+
+
 def transfer(root: Path, direction: str, name: str | None) -> str:
     """`dvc push` or `dvc pull` with the remote ``name``; DVC's summary line, or the one line of what went wrong."""
     name = check(root, name)
@@ -133,7 +148,7 @@ def transfer(root: Path, direction: str, name: str | None) -> str:
     if done.returncode == 0:
         return last_line(done.stdout)
     if direction == "pull":
-        missing = missing_from_remote(root, name)
+        missing = sorted(set(missing_from_remote(root, name)) | set(checkout_failures(done.stderr + done.stdout)))
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise SolomonError(

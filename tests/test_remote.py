@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import dvc
 from s3 import s3_server
 
@@ -98,4 +99,50 @@ def test_an_s3_remote_round_trip_push_clone_pull_verify_replay(
         pulled = sh([DVC, "pull"], clone, env)
         assert pulled.returncode == 0, pulled.stdout + pulled.stderr
         print(f"dvc pull: {pulled.stdout.strip().splitlines()[-1]}")
+        use_the_pulled_run(clone, env)
+
+
+@pytest.mark.long  # two pushes, a clone and two pulls: half a minute
+def test_a_push_killed_mid_upload_completes_on_rerun_and_a_pull_names_what_the_remote_lacks(
+    repo_copy: Path, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import time
+
+    with s3_server(tmp_path / "moto.log") as server:
+        bucket = server.make_bucket("solomon-runs")
+        env = dict(pipeline_env(), **server.credentials())
+        ignore_run_state(repo_copy)
+        dvc(repo_copy, "remote", "add", "-d", "storage", f"s3://{bucket}/dvc")
+        dvc(repo_copy, "remote", "modify", "storage", "endpointurl", server.endpoint)
+        push = subprocess.Popen([DVC, "push", "--jobs", "1"], cwd=repo_copy, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        while not server.keys(bucket) and push.poll() is None:
+            time.sleep(0.005)
+        os.killpg(push.pid, signal.SIGKILL)  # as soon as the first object is stored
+        push.wait()
+        partial = len(server.keys(bucket))
+        pushed = sh([SOLOMON, "push"], repo_copy, env)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        complete = server.keys(bucket)
+        assert 0 < partial < len(complete), f"the kill came after the push had ended ({partial} objects)"
+        print(f"killed with {partial} of {len(complete)} objects stored; the rerun: {pushed.stdout.strip()}")
+        committed(repo_copy, "a run, pushed to S3")
+        clone = tmp_path / "clone"
+        run(["git", "clone", "-q", str(repo_copy), str(clone)], tmp_path)
+        weights = [key for key in complete if key.endswith(".dir")]  # the remote loses the models/ listing
+        outs = yaml.safe_load((clone / "dvc.lock").read_text())["stages"]["train"]["outs"]
+        models_md5 = next(out["md5"] for out in outs if out["path"] == "models")
+        lost = f"dvc/files/md5/{models_md5[:2]}/{models_md5[2:]}"
+        assert lost in weights, weights
+        server.client().delete_object(Bucket=bucket, Key=lost)
+        pulled = sh([SOLOMON, "pull"], clone, env)
+        assert pulled.returncode == 2 and pulled.stderr.count("\n") == 1, pulled.stdout + pulled.stderr
+        assert "lacks 1 of the files this commit's dvc.lock names (models)" in pulled.stderr, pulled.stderr
+        print(pulled.stderr.strip())
+        server.client().put_object(Bucket=bucket, Key=lost, Body=(repo_copy / ".dvc/cache/files/md5" /
+                                   models_md5[:2] / models_md5[2:]).read_bytes())  # fmt: skip
+        pulled = sh([SOLOMON, "pull"], clone, env)
+        assert pulled.returncode == 0, pulled.stdout + pulled.stderr
         use_the_pulled_run(clone, env)
