@@ -62,6 +62,23 @@ def test_chart_renders_server_with_postgres_secret_auth_and_probes() -> None:
     assert "admin_password" not in docs["ConfigMap"]["data"]["basic_auth.ini"]
 
 
+def test_chart_keeps_artifacts_in_an_s3_bucket_with_the_credentials_of_a_secret() -> None:
+    default = helm("template", "solomon", str(CHART))
+    assert '--artifacts-destination "/mlflow/data/artifacts"' in default.stdout and "AWS_" not in default.stdout
+    values = ["destination=s3://team-mlflow/artifacts", "s3.endpointUrl=https://minio.example", "s3.secretName=s3-keys"]
+    done = helm(
+        "template", "solomon", str(CHART), *[arg for value in values for arg in ("--set", f"artifacts.{value}")]
+    )
+    assert done.returncode == 0, done.stderr
+    docs = {d["kind"]: d for d in yaml.safe_load_all(done.stdout) if d}
+    server = docs["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert '--artifacts-destination "s3://team-mlflow/artifacts"' in " ".join(server["command"])
+    env = {e["name"]: e for e in server["env"]}
+    assert env["MLFLOW_S3_ENDPOINT_URL"]["value"] == "https://minio.example"
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert env[key]["valueFrom"]["secretKeyRef"] == {"name": "s3-keys", "key": key}
+
+
 def test_chart_refuses_auth_without_a_secret() -> None:
     done = helm("template", "solomon", str(CHART), "--set", "auth.secretName=")
     assert done.returncode != 0
