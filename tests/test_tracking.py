@@ -215,7 +215,13 @@ def test_killed_and_resumed_training_is_one_mlflow_run(repo_copy: Path, server: 
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resuming from" in done.stderr and "(step 20)" in done.stderr
     assert run_id_of(repo_copy) == run_id
-    check_everything_readable(MlflowClient(server.uri), latest_run_dir(repo_copy), tmp_path)
+    client = MlflowClient(server.uri)
+    check_everything_readable(client, latest_run_dir(repo_copy), tmp_path)
+    # the system metrics go on in the same MLflow run, at the resumed run's steps
+    mlflow_run = the_run(client, run_id).info.run_id
+    for name in ("system/cpu_utilization_percentage", "system/disk_usage_percentage", "system/process_rss_megabytes"):
+        steps = {m.step for m in client.get_metric_history(mlflow_run, name)}
+        assert min(steps) <= 25 and max(steps) > 25, (name, sorted(steps))
 
 
 def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:

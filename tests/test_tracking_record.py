@@ -26,6 +26,11 @@ SYSTEM_METRICS = (
     "system/process_cpu_utilization_percentage",
     "system/process_rss_megabytes",
     "system/process_peak_rss_megabytes",
+    "system/disk_usage_percentage",
+    "system/disk_usage_megabytes",
+    "system/disk_available_megabytes",
+    "system/network_receive_megabytes",
+    "system/network_transmit_megabytes",
 )
 
 
@@ -35,7 +40,7 @@ def test_null_params_are_logged_as_null_never_none() -> None:
     assert param_value(None) == "null"
 
 
-def test_system_sampler_reads_cpu_and_memory_cheaply() -> None:
+def test_system_sampler_reads_cpu_memory_disk_and_network_cheaply() -> None:
     sampler = SystemSampler()
     busy_until = time.process_time() + 0.2
     while time.process_time() < busy_until:  # a busy stretch, so the process CPU share is well above zero
@@ -47,6 +52,8 @@ def test_system_sampler_reads_cpu_and_memory_cheaply() -> None:
     assert 10 < sample["system/process_rss_megabytes"] <= sample["system/process_peak_rss_megabytes"]
     assert sample["system/system_memory_usage_megabytes"] > 0
     assert 0 < sample["system/system_memory_usage_percentage"] < 100
+    assert 0 < sample["system/disk_usage_percentage"] < 100 and sample["system/disk_available_megabytes"] > 0
+    assert sample["system/network_receive_megabytes"] >= 0
     started = time.perf_counter()
     for _ in range(100):
         sampler.sample()

@@ -1,10 +1,11 @@
 """Streams one training run to MLflow while it trains, from a background thread: a slow or dead server never
 holds up a step, and never stops one. What does not arrive is logged later by ``replay``.
 
-The same thread samples the machine's and the training process's CPU and memory (``SystemSampler``) and logs them
-as MLflow's system metrics (``system/...``, its "System metrics" tab): read from ``/proc`` and ``os.times``, never
-on the training thread, so they cost a step nothing. They exist only live: a replay cannot know them. (MLflow's own
-monitor does not survive an outage: docs/tracking.md says what was measured.)"""
+The same thread samples the machine (CPU, memory, disk, network) and the training process (CPU, memory) with
+MLflow's own monitors and psutil (``SystemSampler``) and logs them as MLflow's system metrics (``system/...``, its
+"System metrics" tab), never on the training thread, so they cost a step nothing. They exist only live: a replay
+cannot know them. (MLflow's own monitor thread does not survive an outage: docs/tracking.md says what was
+measured.)"""
 
 from __future__ import annotations
 
@@ -47,68 +48,39 @@ FINISH_TIMEOUT_S = 60.0  # how long the end of training waits for the last sends
 MB = 1e6  # MLflow's system metrics count megabytes of 10^6 bytes
 
 
-def _read_proc(path: str) -> str | None:
-    try:
-        with open(path, encoding="ascii") as handle:
-            return handle.read()
-    except OSError:  # no /proc (not Linux): those metrics are left out
-        return None
-
-
 class SystemSampler:
-    """CPU and memory as MLflow names its system metrics, averaged since the previous sample: the machine's CPU
-    utilisation (``/proc/stat``) and memory in use (``/proc/meminfo``: total less available), and the training
-    process's own CPU share (``os.times``, as a percentage of the cores it may use, like the machine's), resident
-    memory (``/proc/self/statm``) and peak resident memory (``getrusage``). A sample reads four small files."""
+    """MLflow's own system-metric monitors (``mlflow.system_metrics``, over psutil: the machine's CPU and memory,
+    the disk's use and free space, network traffic since the run started), sampled by the tracking thread rather
+    than by MLflow's monitor thread (docs/tracking.md says why), averaged since the previous sample; and the
+    training process's own CPU share (of the cores it may use, like the machine's), resident memory and peak
+    resident memory (psutil, ``getrusage``)."""
 
     def __init__(self) -> None:
+        import psutil
+        from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+        from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
+        from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
+
+        self._monitors = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
+        self._process = psutil.Process()
         self._cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        # Linux reports ru_maxrss in KiB, macOS in bytes.
-        self._maxrss_unit = 1 if sys.platform == "darwin" else 1024
-        self._machine, self._process = self._machine_cpu(), self._process_cpu()
-
-    @staticmethod
-    def _machine_cpu() -> tuple[float, float] | None:
-        """(busy, total) jiffies of all CPUs since boot."""
-        fields = (_read_proc("/proc/stat") or "").split("\n", 1)[0].split()
-        if not fields or fields[0] != "cpu":
-            return None
-        ticks = [float(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
-        return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
-
-    @staticmethod
-    def _process_cpu() -> tuple[float, float]:
-        """(CPU seconds of this process, wall seconds)."""
-        times = os.times()
-        return times.user + times.system, time.monotonic()
+        self._maxrss_unit = 1 if sys.platform == "darwin" else 1024  # Linux reports ru_maxrss in KiB
+        psutil.cpu_percent(None)  # the machine's and the process's CPU shares count from these first calls
+        self._process.cpu_percent(None)
 
     def sample(self) -> dict[str, float]:
         """The metrics since the previous sample (or since this sampler was made), keyed ``system/...``."""
         values: dict[str, float] = {}
-        machine, process = self._machine_cpu(), self._process_cpu()
-        if machine and self._machine and machine[1] > self._machine[1]:
-            busy, total = (now - before for now, before in zip(machine, self._machine, strict=True))
-            values["system/cpu_utilization_percentage"] = round(100 * busy / total, 1)
-        if process[1] > self._process[1]:
-            cpu_s, wall_s = (now - before for now, before in zip(process, self._process, strict=True))
-            values["system/process_cpu_utilization_percentage"] = round(100 * cpu_s / wall_s / self._cores, 1)
-        self._machine, self._process = machine, process
-        # Lines "MemTotal:       24684096 kB"; some (HugePages_*) carry no unit.
-        kib = {
-            k: float(v.split()[0])
-            for k, _, v in (ln.partition(":") for ln in (_read_proc("/proc/meminfo") or "").splitlines())
-        }
-        if kib.get("MemTotal") and "MemAvailable" in kib:
-            used = kib["MemTotal"] - kib["MemAvailable"]
-            values["system/system_memory_usage_megabytes"] = round(used * 1024 / MB, 1)
-            values["system/system_memory_usage_percentage"] = round(100 * used / kib["MemTotal"], 1)
-        statm = (_read_proc("/proc/self/statm") or "").split()
-        if len(statm) > 1:  # size resident shared ... in pages
-            values["system/process_rss_megabytes"] = round(float(statm[1]) * self._page / MB, 1)
+        for monitor in self._monitors:
+            monitor.collect_metrics()
+            values.update({f"system/{key}": round(value, 1) for key, value in monitor.aggregate_metrics().items()})
+            monitor.clear_metrics()
+        values["system/process_cpu_utilization_percentage"] = round(self._process.cpu_percent(None) / self._cores, 1)
+        rss = round(self._process.memory_info().rss / MB, 1)
+        values["system/process_rss_megabytes"] = rss
         peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * self._maxrss_unit / MB, 1)
         # The kernel updates its high-water mark lazily: it can trail the resident size just read.
-        values["system/process_peak_rss_megabytes"] = max(peak, values.get("system/process_rss_megabytes", 0.0))
+        values["system/process_peak_rss_megabytes"] = max(peak, rss)
         return values
 
     def metrics(self, step: int, timestamp_ms: int) -> list[Metric]:
