@@ -284,6 +284,7 @@ def test_generate_draws_a_fresh_seed_prints_it_and_repeats_with_it(built_repo: P
     assert generate(run_id, "--seed", str(seeds[0])) == drawn[0]  # the same text, and the seed line again
 
 
+@pytest.mark.long  # a DVC experiment of the tiny config: most of a minute
 def test_try_runs_the_tiny_config_as_an_experiment_in_the_workspace(repo_copy: Path) -> None:
     """The built pipeline has the tiny config committed; with train.seed changed and committed, `solomon try`
     trains, evaluates and reports again (the data stages are cached), as an experiment, and says how to go back."""

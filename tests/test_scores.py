@@ -196,6 +196,7 @@ def test_the_same_scores_from_the_hf_export_and_through_a_bf16_server(repo_copy:
     same_scores(repo_copy, tmp_path, ["hf", "bf16"] if describe().get("bf16_matmul") == "native" else ["hf"])
 
 
+@pytest.mark.long  # two servers of two runs, each scored: most of a minute
 def test_solomon_score_tells_the_runs_server_from_another_runs(repo_copy: Path, retrained) -> None:
     other = retrained({"train": {"seed": 7}})
     process, port = start(repo_copy)
