@@ -42,8 +42,8 @@ def exit_on_stop_signals() -> None:
     (``atomic.abandon_writes``), one line is said, and it exits 128 + the signal (nohup's SIGHUP stays ignored).
     Nothing is raised into the stage: an exception raised at an arbitrary bytecode can land in the import system, a
     weakref callback or a library's ``except``, where it is swallowed or leaves a lock held (seen: a stopped
-    tokenizer stage that ran to its end, and one blocked for ever on an import lock). Its workers die with it
-    (``solomon.data.parallel``: the parent-death signal)."""
+    tokenizer stage that ran to its end, and one blocked for ever on an import lock). Its workers are killed first
+    (``_end_children``)."""
     for signum in (*STOP_SIGNALS, signal.SIGINT):
         if signal.getsignal(signum) != signal.SIG_IGN:
             signal.signal(signum, _exit_stopped)

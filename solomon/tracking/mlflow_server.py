@@ -100,8 +100,8 @@ def start(
         problem = s3_problem(destination, os.environ.get("MLFLOW_S3_ENDPOINT_URL"), S3_CREDENTIALS_HINT)
         if problem:
             raise SolomonError(f"the artifact store: {problem}")
-    else:
-        Path(destination.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+    else:  # a directory: the path itself, not its file:// URI (which percent-encodes spaces and the like)
+        Path(artifacts_dir).mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")  # noqa: SIM115 - handed to the server process
     process = subprocess.Popen(
         server_command(port, backend_uri, artifacts_dir, app_name),
