@@ -42,6 +42,8 @@ STEP_LOG = f"{REPORTS_DIR}/train_log.tsv"
 EVAL_LOG = f"{REPORTS_DIR}/train_evals.jsonl"
 VAL_LOSS_FILE = "train_val_loss.tsv"  # beside the evaluation log: its losses as a table DVC can plot (not JSON lines)
 VAL_LOSS_LOG = f"{REPORTS_DIR}/{VAL_LOSS_FILE}"
+SYSTEM_FILE = "train_system.tsv"  # beside the step log: the machine and the process as training went (not a result)
+SYSTEM_LOG = f"{REPORTS_DIR}/{SYSTEM_FILE}"
 TRAIN_METRICS = f"{REPORTS_DIR}/train_metrics.json"  # training results: a DVC metric
 # How the training run ran: timings, throughput, environment, run id. Not a metric (they differ between identical
 # runs), so `dvc exp show`, `dvc metrics diff` and the review note show results only.
@@ -84,6 +86,7 @@ class RunFiles:
     TRAIN_RUN = "train_run.json"
     STEP_LOG = "train_log.tsv"
     EVAL_LOG = "train_evals.jsonl"
+    SYSTEM_LOG = SYSTEM_FILE
     DATACARD_MD = "datacard.md"
     DATACARD_JSON = "datacard.json"
     TASK_REQUESTS = "task_requests.jsonl"
@@ -105,6 +108,7 @@ RECORD_FILES = {
     "train_run": (TRAIN_RUN, RunFiles.TRAIN_RUN),
     "train_log": (STEP_LOG, RunFiles.STEP_LOG),
     "train_evals": (EVAL_LOG, RunFiles.EVAL_LOG),
+    "train_system": (SYSTEM_LOG, RunFiles.SYSTEM_LOG),
     "datacard_md": (DATACARD_MD, RunFiles.DATACARD_MD),
     "datacard_json": (DATACARD_JSON, RunFiles.DATACARD_JSON),
     **{f"reliability_{split}": (reliability_path(split), RunFiles.reliability(split)) for split in SPLITS},
@@ -124,6 +128,7 @@ RUN_FILE_ROLES = {
     RunFiles.TRAIN_RUN: "provenance",
     RunFiles.STEP_LOG: "training-log",
     RunFiles.EVAL_LOG: "training-log",
+    RunFiles.SYSTEM_LOG: "training-log",
     RunFiles.TASK_REQUESTS: "metrics",
 }
 TASK_CONFIG_ROLE = "task-config"  # a run directory's task_<name>.yaml
@@ -168,6 +173,14 @@ DETERMINISTIC_COLUMNS = STEP_COLUMNS[:-1]
 STEP_HEADER = "\t".join(STEP_COLUMNS) + "\n"
 VAL_LOSS_COLUMNS = ("step", "val_loss")
 VAL_LOSS_HEADER = "\t".join(VAL_LOSS_COLUMNS) + "\n"
+# The system log: a sample's step and UTC time, then MLflow's system-metric names (solomon.train.system_metrics).
+SYSTEM_COLUMNS = (
+    "step", "utc", "cpu_utilization_percentage", "system_memory_usage_megabytes", "system_memory_usage_percentage",
+    "process_cpu_utilization_percentage", "process_rss_megabytes", "process_peak_rss_megabytes",
+    "disk_usage_percentage", "disk_usage_megabytes", "disk_available_megabytes", "network_receive_megabytes",
+    "network_transmit_megabytes",
+)  # fmt: skip
+SYSTEM_HEADER = "\t".join(SYSTEM_COLUMNS) + "\n"
 
 
 FLOAT_FORMAT = ".9g"  # 9 significant digits: a float32 (loss, gradient norm) written and read back exactly
@@ -187,6 +200,17 @@ def as_logged(value: float) -> float:
 def val_loss_line(record: dict) -> str:
     """An evaluation's row of the validation-loss table (the same digits as ``eval_line`` writes)."""
     return f"{record['step']}\t{json.dumps(record['val_loss'])}\n"
+
+
+def system_line(row: dict) -> str:
+    return "\t".join(str(row[c]) for c in SYSTEM_COLUMNS) + "\n"
+
+
+def read_system(path: Path) -> list[dict]:
+    """The system log's rows: step as an int, utc as text, every measure a float."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))
+    return [{k: int(v) if k == "step" else v if k == "utc" else float(v) for k, v in row.items()} for row in rows]
 
 
 def eval_line(record: dict) -> str:

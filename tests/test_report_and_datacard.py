@@ -30,18 +30,45 @@ REPORT_INPUTS = {
 def test_html_report_is_self_contained_and_has_both_curves(built_repo: Path) -> None:
     latest = records.read_latest(built_repo)
     page = (built_repo / latest["path"] / "index.html").read_text()
-    # loss (train and validation), learning rate, gradient norm, tokens/s, reliability diagram (val and test)
-    assert page.count("<svg") == 5
+    # loss (train and validation), learning rate, gradient norm, tokens/s, reliability diagram (val and test), the
+    # machine's and the process's CPU, the process's memory
+    assert page.count("<svg") == 7
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
     assert "<script" not in page
     assert "Motivation</h2>" in page and "Manifest SHA256" in page  # the data card, rendered; the identity
     markdown = (built_repo / latest["path"] / "README.md").read_text()
-    for chart in ("loss", "lr", "grad_norm", "tokens_per_s", "reliability"):
+    for chart in ("loss", "lr", "grad_norm", "tokens_per_s", "reliability", "cpu", "memory"):
         assert f"![{chart}]({chart}.png)" in markdown
     assert "reliability diagram (15 equal-mass bins)" in page and "val (ECE " in page and "test (ECE " in page
     assert "bits_per_byte" in markdown and re.search(r"\|\s+ece\s+\|", markdown) and "lr.warmup" in markdown
     assert "## Samples at each evaluation" in markdown and "In the beginning" in markdown
     assert "## Evaluations during training (fixed validation subset)" in markdown
+
+
+def test_the_run_directory_records_the_machine_as_training_went(built_repo: Path) -> None:
+    """System samples (CPU, memory, disk, network) at least every 100 steps or 5 s, at each evaluation and at the
+    last step, once per step: copied into the run directory, in the manifest, summarised and drawn on the page."""
+    run_dir = latest_run_dir(built_repo)
+    system = records.read_system(run_dir / records.RunFiles.SYSTEM_LOG)
+    assert (run_dir / records.RunFiles.SYSTEM_LOG).read_bytes() == (built_repo / records.SYSTEM_LOG).read_bytes()
+    steps = [row["step"] for row in system]
+    evaluated = [e["step"] for e in records.read_evals(run_dir / records.RunFiles.EVAL_LOG)]
+    last = int(records.read_steps(run_dir / records.RunFiles.STEP_LOG)[-1]["step"])
+    assert steps == sorted(set(steps)) and set(evaluated) | {last} <= set(steps), (steps, evaluated)
+    assert all(b - a <= 100 for a, b in zip([0, *steps], steps, strict=False)), steps
+    for row in system:
+        assert set(row) == set(records.SYSTEM_COLUMNS)
+        assert 0 <= row["cpu_utilization_percentage"] <= 100 and 0 <= row["process_cpu_utilization_percentage"] <= 100
+        assert 50 < row["process_rss_megabytes"] <= row["process_peak_rss_megabytes"]  # torch alone is more
+        assert row["disk_available_megabytes"] > 0 and row["network_receive_megabytes"] >= 0
+        datetime.fromisoformat(row["utc"])
+    manifest = json.loads((run_dir / records.RunFiles.MANIFEST).read_text())
+    [subject] = [s for s in manifest["subject"] if s["name"].endswith(records.RunFiles.SYSTEM_LOG)]
+    assert subject["annotations"]["role"] == "training-log"
+    page = (run_dir / "index.html").read_text()
+    assert f"The machine during training ({records.RunFiles.SYSTEM_LOG})" in page
+    assert f"{len(system)} samples at steps {steps[0]}–{steps[-1]}" in page and "process_peak_rss_megabytes" in page
+    assert "CPU during training" in page and "memory of the training process (MB)" in page
 
 
 def test_a_run_directory_belongs_to_one_training_run(repo_copy: Path) -> None:
@@ -134,9 +161,11 @@ def test_make_report_rebuilds_the_pages_from_the_run_files_alone(repo_copy: Path
     )
     assert done.returncode == 0, done.stderr
     assert {name: (run_dir / name).read_bytes() for name in pages} == pages
-    # A run evaluated before calibration existed has no reliability files: its pages still build, without it.
+    # A run evaluated before calibration existed has no reliability files, one trained before the system log has
+    # none: its pages still build, without them.
     for split in ("val", "test"):
         (run_dir / f"reliability_{split}.json").unlink()
+    (run_dir / "train_system.tsv").unlink()
     # Named by its run id under --root, from elsewhere.
     done = subprocess.run(
         [str(Path(sys.executable).parent / "solomon"), "report", "--run", run_dir.name, "--root", str(repo_copy)],

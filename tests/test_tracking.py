@@ -19,6 +19,7 @@ from conftest import DVC, digest, latest_run_dir, wait_until
 from mlflow.tracking import MlflowClient
 
 from solomon.pipeline import pipeline_env
+from solomon.records import RunFiles, read_system
 from solomon.tracking import mlflow_server
 from solomon.tracking.store import RUN_ID_TAG, STEP_METRICS, model_artifact_path
 from solomon.tracking.sync import sync_run
@@ -135,6 +136,12 @@ def test_sync_rebuilds_a_whole_run_in_an_empty_server(
     assert sync_run(run_dir, built_repo, model_dir=built_repo / "models") == first  # the same run, nothing doubled
     assert the_run(MlflowClient(server.uri), run_dir.name).info.run_id == first
     check_everything_readable(MlflowClient(server.uri), run_dir, tmp_path)
+    # the system log too, each sample at its step with the time it was taken, once
+    system = read_system(run_dir / RunFiles.SYSTEM_LOG)
+    history = MlflowClient(server.uri).get_metric_history(first, "system/process_rss_megabytes")
+    assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [
+        (row["step"], row["process_rss_megabytes"]) for row in system
+    ]
 
 
 def logged_steps(uri: str, run_id: str) -> list[int]:
@@ -222,6 +229,9 @@ def test_killed_and_resumed_training_is_one_mlflow_run(repo_copy: Path, server: 
     for name in ("system/cpu_utilization_percentage", "system/disk_usage_percentage", "system/process_rss_megabytes"):
         steps = {m.step for m in client.get_metric_history(mlflow_run, name)}
         assert min(steps) <= 25 and max(steps) > 25, (name, sorted(steps))
+    # and in the run directory: the samples up to the checkpoint resumed from, then the resumed run's, once a step
+    system = [row["step"] for row in read_system(latest_run_dir(repo_copy) / RunFiles.SYSTEM_LOG)]
+    assert system == sorted(set(system)) and 20 in system and max(system) > 25, system
 
 
 def test_report_stage_survives_an_unreachable_server(repo_copy: Path) -> None:

@@ -26,6 +26,14 @@ CHARTS = {
     "grad_norm": ("gradient norm (before clipping)", "grad_norm"),
     "tokens_per_s": ("training throughput (tokens/s, wall clock)", "tokens_per_s"),
 }
+# name: (title, y label, highest y (None: automatic), {system-log column: line label}), drawn when the run has a
+# system log
+SYSTEM_CHARTS = {
+    "cpu": ("CPU during training (% of the cores it may use)", "%", 100, {
+        "cpu_utilization_percentage": "machine", "process_cpu_utilization_percentage": "training process"}),
+    "memory": ("memory of the training process (MB)", "MB", None, {
+        "process_rss_megabytes": "resident", "process_peak_rss_megabytes": "peak resident"}),
+}  # fmt: skip
 RELIABILITY = "reliability"
 COMPARISONS = ("loss", "lr", RELIABILITY)  # the charts a docs page may draw over its runs
 SMOOTHING = 20  # steps in the moving average of a page's training loss
@@ -94,6 +102,14 @@ def _curve(rows: list[dict], evals: list[dict], name: str, hyperparameters: dict
     return Chart((7, 3.2), lines, "step", title=title, legend="medium" if len(lines) > 1 else None)
 
 
+def _system_chart(system: list[dict], name: str) -> Chart:
+    title, ylabel, top, columns = SYSTEM_CHARTS[name]
+    steps = [row["step"] for row in system]
+    lines = [Line(steps, [row[column] for row in system], label, (fmt,), {"markersize": 2, "linewidth": 1})
+             for (column, label), fmt in zip(columns.items(), ("o-", "s--"), strict=False)]  # fmt: skip
+    return Chart((7, 3.2), lines, "step", ylabel, title, (None, (0, top * 1.02 if top else None)), legend="medium")
+
+
 def _reliability_line(bins: list[dict], name: str, scope: str, style: dict) -> Line:
     """A reliability diagram's curve: mean top-1 confidence (x) against accuracy (y) per equal-mass bin, labelled
     with its expected calibration error (of ``scope``: a split, where ``name`` does not say it)."""
@@ -153,11 +169,17 @@ def _comparison(kind: str, runs: dict[str, dict]) -> Chart:
     return Chart((7, 3.6), lines, xlabel, "accuracy in the bin", limits=((0, 1), (0, 1)), legend=7)
 
 
-def _figures(rows: list[dict], evals: list[dict], reliability: dict[str, list[dict]] | None, hyperparameters: dict):
-    """(name, figure) of every chart; the reliability diagram only for runs evaluated with calibration.
-    ``hyperparameters`` (the run's, as hyperparameters.yaml holds them) name what the loss lines measure."""
+def _figures(
+    rows: list[dict], evals: list[dict], reliability: dict[str, list[dict]] | None, hyperparameters: dict,
+    system: list[dict] | None,
+):  # fmt: skip
+    """(name, figure) of every chart; the reliability diagram only for runs evaluated with calibration, the system
+    charts only for runs with a system log. ``hyperparameters`` (the run's, as hyperparameters.yaml holds them) name
+    what the loss lines measure."""
     for name in CHARTS:
         yield name, _draw(_curve(rows, evals, name, hyperparameters))
+    for name in SYSTEM_CHARTS if system else ():
+        yield name, _draw(_system_chart(system, name))
     if reliability:
         yield RELIABILITY, _draw(_reliability(reliability))
 
@@ -172,10 +194,11 @@ def write_pngs(
     out_dir: Path,
     hyperparameters: dict,
     reliability: dict[str, list[dict]] | None = None,
+    system: list[dict] | None = None,
 ) -> list[str]:
     """Write ``<name>.png`` into ``out_dir`` for the Markdown page; return the names."""
     names = []
-    for name, fig in _figures(rows, evals, reliability, hyperparameters):
+    for name, fig in _figures(rows, evals, reliability, hyperparameters, system):
         _save_png(fig, out_dir / f"{name}.png")
         names.append(name)
     return names
@@ -195,11 +218,12 @@ def write_comparison_pngs(kinds: list[str], runs: dict[str, dict], out_dir: Path
 
 
 def svgs(
-    rows: list[dict], evals: list[dict], hyperparameters: dict, reliability: dict[str, list[dict]] | None = None
-) -> dict[str, str]:
+    rows: list[dict], evals: list[dict], hyperparameters: dict, reliability: dict[str, list[dict]] | None = None,
+    system: list[dict] | None = None,
+) -> dict[str, str]:  # fmt: skip
     """{name: inline SVG text} for the self-contained HTML page."""
     rendered = {}
-    for name, fig in _figures(rows, evals, reliability, hyperparameters):
+    for name, fig in _figures(rows, evals, reliability, hyperparameters, system):
         buffer = io.StringIO()
         with matplotlib.rc_context(SVG_SETTINGS):
             fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})

@@ -32,6 +32,7 @@ from solomon.records import (
     read_json,
     read_reliability,
     read_steps,
+    read_system,
 )
 from solomon.report import charts, document
 from solomon.rng import STREAMS, stream_seed
@@ -113,7 +114,9 @@ def create_run(
         for name, (_, copy) in RECORD_FILES.items():
             shutil.copyfile(files[name], tmp / copy)
         write_json(tmp / RunFiles.RUN_INFO, run_info)
-        charts.write_pngs(rows, evals, tmp, hyperparameters, read_reliability(tmp))
+        charts.write_pngs(
+            rows, evals, tmp, hyperparameters, read_reliability(tmp), read_system(tmp / RunFiles.SYSTEM_LOG)
+        )
 
         tasks = read_json(tmp / RunFiles.METRICS).get(TASKS, {})
         copy_task_files(provenance.repo_root, tasks, tmp)
@@ -142,6 +145,17 @@ def copy_task_files(root: Path, tasks: dict, run_dir: Path) -> None:
         shutil.copyfile(source, run_dir / RunFiles.task_config(name))
 
 
+def system_table(system: list[dict]) -> tuple[list[str], list[list]]:
+    """Each measure of the system log over the run: its mean, its highest and its last value (for the network,
+    the last is the total since training started)."""
+    measures = [name for name in system[0] if name not in ("step", "utc")]
+    first, last = system[0], system[-1]
+    span = f"{first['utc']} to {last['utc']}, {len(system)} samples at steps {first['step']}–{last['step']}"
+    rows = [[name, round(sum(r[name] for r in system) / len(system), 1), max(r[name] for r in system), system[-1][name]]
+            for name in measures]  # fmt: skip
+    return ["measure (" + span + ")", "mean", "highest", "last"], rows
+
+
 def render_pages(run_dir: Path) -> None:
     """Write ``README.md`` and ``index.html`` from the run directory's own files (and nothing else), so the
     pages of any run can be rebuilt at any time without retraining. They show the manifest digest and are the
@@ -157,6 +171,8 @@ def render_pages(run_dir: Path) -> None:
     hyperparameters = read_yaml(run_dir / RunFiles.HYPERPARAMETERS)
     rows = read_steps(run_dir / RunFiles.STEP_LOG)
     evals = read_evals(run_dir / RunFiles.EVAL_LOG)
+    # Runs reported before the system log have none.
+    system = read_system(run_dir / RunFiles.SYSTEM_LOG) if (run_dir / RunFiles.SYSTEM_LOG).is_file() else []
     run_id = run_info["run_id"]
     title = f"Training run {run_id}"
     intro = [
@@ -174,6 +190,7 @@ def render_pages(run_dir: Path) -> None:
         **document.task_tables(metrics),
         "Training": document.key_value_table(train_metrics),
         **({"How the training ran": document.key_value_table(train_run)} if train_run else {}),
+        **({f"The machine during training ({RunFiles.SYSTEM_LOG})": system_table(system)} if system else {}),
         "Evaluations during training (fixed validation subset)": (
             ["step", "val loss", "val perplexity", "val bits/byte", "new best"],
             [
@@ -195,7 +212,7 @@ def render_pages(run_dir: Path) -> None:
             ],
         ),
     }
-    svgs = charts.svgs(rows, evals, hyperparameters, reliability)
+    svgs = charts.svgs(rows, evals, hyperparameters, reliability, system)
     datacard = (run_dir / RunFiles.DATACARD_MD).read_text(encoding="utf-8")
     html_page, markdown_page = RunFiles.PAGES
     write_text(run_dir / markdown_page, document.render_markdown(title, intro, tables, list(svgs)))

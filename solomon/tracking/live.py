@@ -1,17 +1,14 @@
 """Streams one training run to MLflow while it trains, from a background thread: a slow or dead server never
 holds up a step, and never stops one. What does not arrive is logged later by ``replay``.
 
-The same thread samples the machine (CPU, memory, disk, network) and the training process (CPU, memory) with
-MLflow's own monitors and psutil (``SystemSampler``) and logs them as MLflow's system metrics (``system/...``, its
-"System metrics" tab), never on the training thread, so they cost a step nothing. They exist only live: a replay
-cannot know them. (MLflow's own monitor thread does not survive an outage: docs/tracking.md says what was
-measured.)"""
+The loop's system samples (``solomon.train.system_metrics``: the machine's CPU, memory, disk and network, the
+training process's CPU and memory) go out the same way, as MLflow's system metrics (``system/<name>``, its "System
+metrics" tab). The run log keeps them too, so the run directory has them with tracking off. (MLflow's own monitor
+thread does not survive an outage: docs/tracking.md says what was measured.)"""
 
 from __future__ import annotations
 
-import os
 import queue
-import resource
 import sys
 import threading
 import time
@@ -36,6 +33,7 @@ from solomon.tracking.store import (
     samples_path,
     source_tags,
     step_metrics,
+    system_metrics,
     warn,
 )
 
@@ -43,50 +41,8 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 FLUSH_ROWS = 100  # send after this many steps ...
-FLUSH_S = 5.0  # ... or this many seconds, and at every evaluation (system metrics are sampled as often)
+FLUSH_S = 5.0  # ... or this many seconds, and at every evaluation
 FINISH_TIMEOUT_S = 60.0  # how long the end of training waits for the last sends
-MB = 1e6  # MLflow's system metrics count megabytes of 10^6 bytes
-
-
-class SystemSampler:
-    """MLflow's own system-metric monitors (``mlflow.system_metrics``, over psutil: the machine's CPU and memory,
-    the disk's use and free space, network traffic since the run started), sampled by the tracking thread rather
-    than by MLflow's monitor thread (docs/tracking.md says why), averaged since the previous sample; and the
-    training process's own CPU share (of the cores it may use, like the machine's), resident memory and peak
-    resident memory (psutil, ``getrusage``)."""
-
-    def __init__(self) -> None:
-        import psutil
-        from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
-        from mlflow.system_metrics.metrics.disk_monitor import DiskMonitor
-        from mlflow.system_metrics.metrics.network_monitor import NetworkMonitor
-
-        self._monitors = [CPUMonitor(), DiskMonitor(), NetworkMonitor()]
-        self._process = psutil.Process()
-        self._cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        self._maxrss_unit = 1 if sys.platform == "darwin" else 1024  # Linux reports ru_maxrss in KiB
-        psutil.cpu_percent(None)  # the machine's and the process's CPU shares count from these first calls
-        self._process.cpu_percent(None)
-
-    def sample(self) -> dict[str, float]:
-        """The metrics since the previous sample (or since this sampler was made), keyed ``system/...``."""
-        values: dict[str, float] = {}
-        for monitor in self._monitors:
-            monitor.collect_metrics()
-            values.update({f"system/{key}": round(value, 1) for key, value in monitor.aggregate_metrics().items()})
-            monitor.clear_metrics()
-        values["system/process_cpu_utilization_percentage"] = round(self._process.cpu_percent(None) / self._cores, 1)
-        rss = round(self._process.memory_info().rss / MB, 1)
-        values["system/process_rss_megabytes"] = rss
-        peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * self._maxrss_unit / MB, 1)
-        # The kernel updates its high-water mark lazily: it can trail the resident size just read.
-        values["system/process_peak_rss_megabytes"] = max(peak, rss)
-        return values
-
-    def metrics(self, step: int, timestamp_ms: int) -> list[Metric]:
-        return [Metric(key, value, timestamp_ms, step) for key, value in self.sample().items()]
-
-
 RETRY_S = 30.0  # seconds between tries after a failed send
 RETRY_ENV = "SOLOMON_TRACKING_RETRY_S"  # the train stage's setting of it (tests shorten it)
 
@@ -120,18 +76,12 @@ class LiveTracker:
         self._outage = False
         self._next_try = 0.0
         self._last_send = time.monotonic()
-        self._system: SystemSampler | None = None
-        self._last_step = 0  # the newest training step the thread has seen
-        self._sampled_step = 0  # the step of the newest system sample
-        self._last_sample = time.monotonic()
 
     # --- called by the training loop (cheap, never raises) ---
 
     def start(self, run_id: str, steps: list[dict], evals: list[dict]) -> None:
         self.run_id = run_id
         self._history = (list(steps), list(evals))
-        self._system = SystemSampler()  # the first sample measures from here
-        self._last_step = self._sampled_step = int(steps[-1]["step"]) if steps else 0
         self._thread = threading.Thread(target=self._work, name="solomon-tracking", daemon=True)
         self._thread.start()
 
@@ -140,6 +90,9 @@ class LiveTracker:
 
     def evaluation(self, record: dict) -> None:
         self._queue.put(("eval", record, int(time.time() * 1000)))
+
+    def system(self, row: dict) -> None:
+        self._queue.put(("system", row, int(time.time() * 1000)))
 
     def finish(self, status: str) -> None:
         """``status``: FINISHED, KILLED or FAILED. Waits up to ``FINISH_TIMEOUT_S`` for the last sends."""
@@ -165,14 +118,14 @@ class LiveTracker:
                 kind = None
             if kind == "step":
                 self._pending += step_metrics(item, timestamp_ms)
-                self._last_step = int(item["step"])
+            elif kind == "system":
+                self._pending += system_metrics(item, timestamp_ms)
             elif kind == "eval":
                 self._pending += eval_metrics(item, timestamp_ms)
                 self._pending_samples.append(item)
             elif kind == "finish":
                 status = item
             now = time.monotonic()
-            self._sample_system(kind, now)
             due = kind in ("eval", "finish") or len(self._pending) >= FLUSH_ROWS * len(STEP_METRICS)
             due = due or now - self._last_send >= FLUSH_S
             if due and (now >= self._next_try or kind == "finish"):
@@ -187,19 +140,6 @@ class LiveTracker:
             warn(
                 f"about {missing} steps of training run {self.run_id} did not reach {self.uri}. " + self._replay_hint()
             )
-
-    def _sample_system(self, kind: str | None, now: float) -> None:
-        """A system sample at the newest step, as often as steps are sent (every ``FLUSH_ROWS`` steps or
-        ``FLUSH_S`` seconds, at each evaluation and at the end), and at most once per step."""
-        if self._last_step == self._sampled_step:
-            return
-        if (
-            kind in ("eval", "finish")
-            or self._last_step - self._sampled_step >= FLUSH_ROWS
-            or now - self._last_sample >= FLUSH_S
-        ):
-            self._pending += self._system.metrics(self._last_step, int(time.time() * 1000))
-            self._sampled_step, self._last_sample = self._last_step, now
 
     def _connect(self) -> None:
         client, mlflow_run = open_run(self.run_id, self._tags, self._params, self._root)

@@ -23,6 +23,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from mlflow.data.meta_dataset import MetaDataset
@@ -279,6 +280,18 @@ def source_tags(git: dict | None = None) -> dict[str, str]:
 def step_metrics(row: dict, timestamp_ms: int) -> list[Metric]:
     step = int(row["step"])
     return [Metric(key, float(row[column]), timestamp_ms, step) for column, key in STEP_METRICS.items()]
+
+
+def system_metrics(row: dict, timestamp_ms: int) -> list[Metric]:
+    """A system-log row (``records.SYSTEM_COLUMNS``) as MLflow's system metrics, ``system/<name>``."""
+    step = int(row["step"])
+    return [Metric(f"system/{key}", float(value), timestamp_ms, step) for key, value in row.items()
+            if key not in ("step", "utc")]  # fmt: skip
+
+
+def recorded_system_metrics(rows: list[dict]) -> list[Metric]:
+    """The system log's rows, each timestamped when it was sampled."""
+    return [m for row in rows for m in system_metrics(row, int(datetime.fromisoformat(row["utc"]).timestamp() * 1000))]
 
 
 def eval_metrics(record: dict, timestamp_ms: int) -> list[Metric]:

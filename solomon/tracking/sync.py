@@ -17,7 +17,16 @@ from mlflow.models import Model
 
 from solomon.hashing import sha256_file
 from solomon.params import Params, read_yaml
-from solomon.records import CONFIG_FILE, DVC_LOCK, WEIGHTS_FILE, RunFiles, read_evals, read_json, read_steps
+from solomon.records import (
+    CONFIG_FILE,
+    DVC_LOCK,
+    WEIGHTS_FILE,
+    RunFiles,
+    read_evals,
+    read_json,
+    read_steps,
+    read_system,
+)
 from solomon.tracking import store
 
 MLMODEL = "MLmodel"  # MLflow's description of a model directory, beside the weights
@@ -57,7 +66,10 @@ def sync_run(run_dir: Path, root: Path = Path("."), model_dir: Path | None = Non
     steps = read_steps(run_dir / RunFiles.STEP_LOG)
     evals = read_evals(run_dir / RunFiles.EVAL_LOG)
     start_ms = client.get_run(mlflow_run).info.start_time
-    missing = store.missing_metrics(client, mlflow_run, store.history_metrics(steps, evals, start_ms))
+    history = store.history_metrics(steps, evals, start_ms)
+    if (run_dir / RunFiles.SYSTEM_LOG).is_file():  # runs reported before the system log have none
+        history += store.recorded_system_metrics(read_system(run_dir / RunFiles.SYSTEM_LOG))
+    missing = store.missing_metrics(client, mlflow_run, history)
 
     # Held-out metrics belong to the model at the final step; a re-evaluation logs a new value only if it differs.
     final_step = max((int(row["step"]) for row in steps), default=0)

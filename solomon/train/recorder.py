@@ -31,6 +31,7 @@ from solomon.train.components import Components, TrainPaths
 from solomon.train.hooks import NO_HOOKS, Hooks
 from solomon.train.periodic_eval import PeriodicEvaluation
 from solomon.train.precision import bf16_fallback_warning, why
+from solomon.train.system_metrics import SystemSchedule
 from solomon.train.tracker import NoTracking, Tracker
 
 BEST_DIR = "best"  # inside the checkpoints directory: the best evaluated model so far
@@ -116,6 +117,7 @@ class Recorder:
         last = start if parts.early_stopping.should_stop else cfg.max_steps
         self.progress = tqdm(total=last, initial=start, desc="train", unit="step", mininterval=2.0)
         self.started = time.perf_counter()
+        self.system = SystemSchedule(start)
         self.tracker.start(self.run_id, parts.log.steps, parts.log.evals)
         return self
 
@@ -128,6 +130,7 @@ class Recorder:
         self.hooks.crash_point("step-log", step)
         with self.timers("tracking"):
             self.tracker.step(row)
+            self._sample_system(step)
         self.progress.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
         self.progress.update()
 
@@ -142,7 +145,17 @@ class Recorder:
             self.parts.log.evaluation(record)
             self.hooks.crash_point("eval-log", step)
             self.tracker.evaluation(record)
+        with self.timers("tracking"):
+            self._sample_system(step, now=True)
         return self.parts.early_stopping.should_stop
+
+    def _sample_system(self, step: int, now: bool = False) -> None:
+        """The machine and the process at ``step``, when due (``solomon.train.system_metrics``): to the run log
+        (checkpointed with it) and the tracker."""
+        row = self.system.row(step, now)
+        if row is not None:
+            self.parts.log.system_sample(row)
+            self.tracker.system(row)
 
     def checkpoint(self, step: int) -> None:
         """Checkpoint every component after ``step`` steps, trained on this machine."""
@@ -159,6 +172,8 @@ class Recorder:
     def finish(self, done: int) -> dict:
         """Write the best evaluated model to ``model_dir`` and the replay anchors, mark the run completed, and write
         its results (``paths.metrics``) and how it ran (``paths.run_record_path()``); returns both in one dict."""
+        if self.progress is not None:
+            self._sample_system(done, now=True)
         self._close()
         elapsed = time.perf_counter() - self.started
         paths, best_dir = self.paths, self.paths.checkpoints / BEST_DIR

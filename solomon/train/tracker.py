@@ -12,6 +12,7 @@ class Tracker(Protocol):
     def start(self, run_id: str, steps: list[dict], evals: list[dict]) -> None: ...
     def step(self, row: dict) -> None: ...
     def evaluation(self, record: dict) -> None: ...
+    def system(self, row: dict) -> None: ...  # a system-log row (records.SYSTEM_COLUMNS)
     def finish(self, status: str) -> None: ...
 
 
@@ -23,6 +24,9 @@ class NoTracking:
         pass
 
     def evaluation(self, record: dict) -> None:
+        pass
+
+    def system(self, row: dict) -> None:
         pass
 
     def finish(self, status: str) -> None:
