@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 MB = 1e6  # MLflow's system metrics count megabytes of 10^6 bytes
-INTERVAL_S = 5.0  # a sample at least this often (MLflow's own default interval is 10 s) ...
+INTERVAL_S = 5.0  # a sample at least this often (seconds) ...
 INTERVAL_STEPS = 100  # ... or every this many steps, and at each evaluation and the last step, once per step
 
 
