@@ -27,7 +27,10 @@ def _numbers(row: dict) -> dict:
 
 def test_the_serving_section_runs_every_row_side_by_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # no workspace tokenizer here: the section trains its own
-    section = serving_section(requests_per_client=1, model=TINY, peer_requests=1, copy_mib=16, gemm=(128, 2))
+    # the eager route only: the compiled one compiles every batch size (tests/test_compiled_decode.py)
+    section = serving_section(
+        requests_per_client=1, model=TINY, peer_requests=1, copy_mib=16, gemm=(128, 2), decodes=("eager",)
+    )
     assert section["model"]["n_embd"] == 32 and section["threads"] == 1 and section["max_tokens"] == 32
     rows = section["rows"]
     native = bf16_matmul_native()  # without it (an AVX2-only CPU) the bf16 rows are left out, with the reason

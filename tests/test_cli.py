@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import re
 import shlex
 import subprocess
@@ -117,6 +118,21 @@ def test_a_number_out_of_bounds_is_refused_in_one_line_naming_the_bound(args, re
         build_parser().parse_args(args)
     assert refused.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(refusal)
+
+
+@pytest.mark.parametrize("command", [["serve"], ["generate", "--prompt", "a"]], ids=["serve", "generate"])
+def test_the_compiled_route_without_a_cpp_compiler_is_refused_in_one_line_before_anything_loads(
+    command: list[str], tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "solomon"), *command, "--decode", "compiled"],
+        cwd=tmp_path, env=os.environ | {"CXX": str(tmp_path / "no-compiler")}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stdout == "", done.stdout + done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: --decode compiled needs torch's compiler and a C++ compiler (") and line.endswith(
+        "install g++ (or set CXX to one), or serve with --decode eager"
+    )
 
 
 def test_a_lab_command_refuses_a_number_out_of_bounds_in_one_line(capsys) -> None:

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from conftest import latest_run_dir, wait_until
 from serve_helpers import SOLOMON, request, start, stop, wait
 
 from solomon.pipeline import pipeline_env
@@ -154,6 +154,39 @@ def test_bf16_serves_the_same_text_at_any_load_and_says_so_in_its_provenance(rep
     finally:
         stop(process)
     assert process.returncode == 0, process.stderr.read()
+
+
+@pytest.mark.long  # compiling the decode step for each batch size: most of a minute on 2 cores
+def test_the_compiled_route_serves_one_text_per_seed_at_any_load_passes_the_answers_check_and_says_so(
+    repo_copy: Path,
+) -> None:
+    run = latest_run_dir(repo_copy)
+    process, port = start(repo_copy, "--slots", "4", "--decode", "compiled")
+    try:
+        wait(port, process, timeout=600)
+        provenance = request(port, "GET", "/v1/provenance")[1]
+        assert provenance["decode"] == "compiled" and provenance["decode_batch_sizes"][-1] == 4
+        alone = request(port, "POST", "/v1/completions", ASK)[1]["choices"]
+        others = [lambda s=s: request(port, "POST", "/v1/completions", ASK | {"seed": s}) for s in range(5)]
+        crowded = concurrently([*others[:2], lambda: request(port, "POST", "/v1/completions", ASK), *others[2:]])
+        assert crowded[2][1]["choices"] == alone and all(answer[0] in (200, 429) for answer in crowded)
+        settings = ["--max-new-tokens", "40", "--temperature", "0.9", "--top-k", "40", "--seed", "5", "--slots", "4"]
+        generated = subprocess.run(
+            [SOLOMON, "generate", "--prompt", ASK["prompt"], *settings, "--decode", "compiled"],
+            cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True,
+        )  # fmt: skip
+        assert generated.stdout.rstrip("\n") == ASK["prompt"] + alone[0]["text"], generated.stderr
+        # the run's weights, recomputed here eagerly, answer as the compiled server does (fresh prompts, logprobs)
+        checked = subprocess.run(
+            [SOLOMON, "lineage", "--url", f"http://127.0.0.1:{port}", "--answers-only", "--run", run.name],
+            cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True,
+        )  # fmt: skip
+        assert checked.returncode == 0 and "holds" in checked.stdout, checked.stdout + checked.stderr
+        print(checked.stdout.strip().splitlines()[-1])
+    finally:
+        stop(process)
+    assert process.returncode == 0
+    assert "engine: decode step compiled for batch sizes 1, 2, 4" in process.stderr.read()
 
 
 @pytest.mark.long

@@ -95,10 +95,12 @@ def engine_rows(
     requests: int,
     batches: tuple[int, ...],
     slots: int,
+    compiled: bool = False,
 ) -> list[dict]:
-    """The engine the server runs (``slots`` slots, its start-up check, ``precision``), called in this process:
-    ``batch`` sequences submitted at once and stepped until done, no HTTP, no event loop, no client."""
-    engine = Engine(in_precision(copy.deepcopy(model), precision), slots)
+    """The engine the server runs (``slots`` slots, its start-up check, ``precision``, the decode step compiled or
+    not), called in this process: ``batch`` sequences submitted at once and stepped until done, no HTTP, no event
+    loop, no client. A compiled engine's rows say how long its start-up took (``start_s``)."""
+    engine = Engine(in_precision(copy.deepcopy(model), precision), slots, compiled=compiled)
     rows = []
     for batch in batches:
 
@@ -112,7 +114,7 @@ def engine_rows(
                 engine.step()
             return batch * max_tokens  # no stop token: every sequence makes max_tokens
 
-        rows.append(timed(run, requests, batch))
+        rows.append(timed(run, requests, batch) | ({"start_s": round(engine.compile_s, 1)} if compiled else {}))
     return rows
 
 

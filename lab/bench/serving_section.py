@@ -9,7 +9,8 @@ top-k 40, no stop token):
    open from one request to the next, as OpenAI's client does); the decode batch each load runs
    (the smallest of the sizes the engine's start-up check kept that holds the clients);
 3. the same engine in process (``lab.bench.peers.engine_rows``: no HTTP, no event loop, no client on
-   the same cores), in each precision at batch 1 and 16: the like-for-like row beside transformers' ``generate``;
+   the same cores), in each precision at batch 1 and 16, on each decode route (eager, and compiled, with its
+   start-up time): the like-for-like row beside transformers' ``generate``;
 4. the hardware's limits for the model's size (``lab.bench.roofline``) at batch 1 and 16;
 5. peers on the same weights through Solomon's exporters (``lab.bench.peers``): transformers at batch
    1 and 16 in fp32 and in bf16 (``torch_dtype``'s cast: every weight and activation), llama.cpp at batch 1 where
@@ -46,7 +47,7 @@ from solomon.export import hf
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch
 from solomon.serving.engine import decode_batch
-from solomon.serving.limits import PRECISIONS, Limits
+from solomon.serving.limits import DECODES, PRECISIONS, Limits
 
 ENGINE = "engine (HTTP server, streamed)"
 
@@ -63,11 +64,13 @@ def serving_section(
     gemm: tuple[int, int] = BENCH_GEMM,
     precisions: tuple[str, ...] | None = None,
     bf16_native: bool | None = None,
+    decodes: tuple[str, ...] = DECODES,
 ) -> dict:
     """Every row of the section (``model``: ModelParams fields, None for the defaults; the rest as named);
     ``peer_requests`` timed calls per in-process row after one warm-up; ``precisions``: the engine's (None: every
     serving precision); ``bf16_native``: whether bf16 matmuls do (None: this CPU's) — where
-    they do not, the bf16 rows are left out, with the reason."""
+    they do not, the bf16 rows are left out, with the reason; ``decodes``: the in-process engine's routes
+    (``solomon serve --decode``)."""
     native = machine.bf16_matmul_native() if bf16_native is None else bf16_native
     left_out = () if native else ("bf16",)  # named as rows with the reason, never measured
     precisions = tuple(p for p in (precisions or PRECISIONS) if p not in left_out)
@@ -99,9 +102,13 @@ def serving_section(
                     name = f"{ENGINE}, {precision}, {count} client{plural} (decode batch {decoded})"
                     rows.append({"row": name, "precision": precision} | load)
         for precision in precisions:
-            in_process = {"row": f"engine in process, {precision} (no HTTP)", "precision": precision}
-            engine = peers.engine_rows(reference, precision, prompt_ids, max_tokens, peer_requests, batches, slots)
-            rows += [in_process | row for row in engine]
+            for decode in decodes:
+                compiled, route = decode == "compiled", ", compiled" if decode == "compiled" else ""
+                in_process = {"row": f"engine in process, {precision}{route} (no HTTP)", "precision": precision}
+                engine = peers.engine_rows(
+                    reference, precision, prompt_ids, max_tokens, peer_requests, batches, slots, compiled
+                )
+                rows += [in_process | row for row in engine]
         rows.append(
             {"row": "old serial path (sampling.generate, whole window per token)"}
             | peers.reference_row(reference, prompt_ids, max_tokens, peer_requests)
@@ -170,4 +177,6 @@ def format_serving(section: dict) -> str:
     floats = ("", "", "", ",.1f", ".2f", ".2f", ".3f", ".3f", ".3f", "")
     lines.append(tabulate(rows, headers, tablefmt="github", floatfmt=floats))
     lines += [f"not measured: {row['row']}: {row['skipped']}" for row in section["rows"] if row.get("skipped")]
+    starts = {row["row"]: row["start_s"] for row in section["rows"] if "start_s" in row}
+    lines += [f"start-up (compiling every batch size, then the check): {row}: {s} s" for row, s in starts.items()]
     return "\n".join(lines)

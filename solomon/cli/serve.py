@@ -19,6 +19,8 @@ from solomon.cli.arguments import (
 )
 from solomon.errors import SolomonError
 from solomon.serving.limits import (
+    DECODES,
+    DEFAULT_DECODE,
     DEFAULT_PRECISION,
     EXPECT_DIGEST_ENV,
     IMAGE_DIGEST_ENV,
@@ -64,6 +66,7 @@ def _register_generate(commands: argparse._SubParsersAction) -> None:
         f"{Limits.slots})",
     )
     add_precision(sample)
+    add_decode(sample)
     sample.set_defaults(func=_generate)
 
 
@@ -78,6 +81,17 @@ def add_precision(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_decode(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--decode",
+        choices=DECODES,
+        default=DEFAULT_DECODE,
+        help="how a decode step runs: eager PyTorch, or compiled once per batch size as the engine starts (a C++ "
+        "compiler needed; faster per token; its own text for a seed: docs/serving.md) (default: "
+        f"{DEFAULT_DECODE})",
+    )
+
+
 def _generate(args: argparse.Namespace) -> None:
     from solomon.serving.generate import draw_seed, generate_text
 
@@ -86,9 +100,13 @@ def _generate(args: argparse.Namespace) -> None:
     except UnicodeEncodeError as exc:  # bytes of the command line that are not UTF-8 arrive as surrogates
         raise SolomonError(f"--prompt is not UTF-8 text (byte {exc.start} of it): give the prompt as UTF-8") from None
     seed = draw_seed() if args.seed is None else args.seed
+    if args.decode == "compiled":
+        from solomon.serving.compiled_decode import require_compiler
+
+        require_compiler()  # before the run is verified and loaded: a refusal at once
     text = generate_text(
         run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, seed,
-        slots=args.slots, precision=args.precision,
+        slots=args.slots, precision=args.precision, decode=args.decode,
     )  # fmt: skip
     print(f"{SEED_LINE}{seed}", file=sys.stderr)  # stdout stays the text alone
     print(text)
@@ -111,6 +129,7 @@ def _register_serve(commands: argparse._SubParsersAction) -> None:
     )
     server.add_argument("--threads", type=POSITIVE_INT, default=1, help="torch threads (default: 1)")
     add_precision(server)
+    add_decode(server)
     add_dvc_lock(server)
     server.add_argument(
         "--image-digest",
@@ -141,10 +160,15 @@ def _serve(args: argparse.Namespace) -> None:
 
     if args.model and (args.run or args.run_option):
         raise SolomonError("give a run or --model, not both")
+    if args.decode == "compiled":
+        from solomon.serving.compiled_decode import require_compiler
+
+        require_compiler()  # before the run, the listener and the model: a refusal at once, exit 2
     run_dir = None if args.model else run_of(args)
     source = ModelSource(
         Path(args.root), run_dir, args.model, args.expect_digest, args.threads, args.precision, args.dvc_lock
     )
     limits = Limits(**{limit.name: getattr(args, limit.name) for limit in fields(Limits)})
     lifeline.hold()  # under `timeout` or another supervisor that stops only its child: drain and stop with it
-    serve(source.load, args.host, args.port, limits, args.image_digest, Hooks.from_environment(os.environ))
+    hooks = Hooks.from_environment(os.environ)
+    serve(source.load, args.host, args.port, limits, args.image_digest, hooks, args.decode)

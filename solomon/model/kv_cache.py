@@ -21,15 +21,17 @@ from solomon.model.gpt import GPT, causal_attention
 
 
 class KVCache:
-    """Keys and values of every layer for ``slots`` sequences: (slots, heads, block_size, head_dim) each."""
+    """Keys and values of every layer for ``slots`` sequences, and one more slot that no sequence owns (``scratch``:
+    where a step of fixed shapes writes its padding rows): (slots + 1, heads, block_size, head_dim) each."""
 
     def __init__(self, model: GPT, slots: int) -> None:
         config = model.config
-        shape = (slots, config.n_head, config.block_size, config.n_embd // config.n_head)
+        shape = (slots + 1, config.n_head, config.block_size, config.n_embd // config.n_head)
         dtype = model.wte.weight.dtype
         self.k = [torch.zeros(shape, dtype=dtype) for _ in range(config.n_layer)]
         self.v = [torch.zeros(shape, dtype=dtype) for _ in range(config.n_layer)]
         self.slots, self.block_size = slots, config.block_size
+        self.scratch = slots  # the scratch slot's index
 
 
 FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu

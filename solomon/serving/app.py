@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from solomon.errors import first_line
 from solomon.serving.completions import RequestError, job_for, parse, read_body, request_schema
 from solomon.serving.engine import Engine
 from solomon.serving.hooks import NO_HOOKS, Hooks
-from solomon.serving.limits import Limits
+from solomon.serving.limits import DEFAULT_DECODE, Limits
 from solomon.serving.loader import Served
 from solomon.serving.metrics import CONTENT_TYPE, CountRequests, Metrics
 from solomon.serving.running import Handoff, Running
@@ -62,11 +63,13 @@ class Server:
         on_failure: Callable[[str], None],
         image_digest: str | None = None,
         hooks: Hooks = NO_HOOKS,
+        decode: str = DEFAULT_DECODE,
     ) -> None:
         """``load`` (verify, then load) runs on a thread at start-up, ``on_failure`` gets its one-line refusal;
-        ``image_digest`` is the serving image's, when the deployment passes it."""
+        ``image_digest`` is the serving image's, when the deployment passes it; ``decode``: the engine's route
+        (``limits.DECODES``)."""
         self.load, self.limits, self.on_failure, self.hooks = load, limits, on_failure, hooks
-        self.image_digest = image_digest
+        self.image_digest, self.decode = image_digest, decode
         self.served: Served | None = None
         self.engine: Engine | None = None
         self.engine_thread: threading.Thread | None = None
@@ -89,7 +92,9 @@ class Server:
         try:
             self.hooks.before_loading()
             served = self.load()
-            engine = Engine(served.model, self.limits.slots)
+            engine = Engine(served.model, self.limits.slots, compiled=self.decode == "compiled")
+            if engine.compile_s:
+                print(f"engine: {engine.compile_line()}", file=sys.stderr, flush=True)
             thread = threading.Thread(target=engine.run, name="solomon-engine", daemon=True)
             thread.start()
             self.engine, self.engine_thread, self.served = engine, thread, served
@@ -122,7 +127,8 @@ class Server:
     async def provenance(self):
         if self.served is None:
             return self.not_ready()
-        engine = {"decode_batch_sizes": self.engine.batch_sizes}  # those the start-up check kept (engine.py)
+        # the decode route, and the batch sizes the start-up check kept (engine.py)
+        engine = {"decode": self.decode, "decode_batch_sizes": self.engine.batch_sizes}
         return self.served.provenance() | engine | {"image_digest": self.image_digest}
 
     async def models(self):

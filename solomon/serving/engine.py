@@ -15,7 +15,8 @@ only if each row, in any order, with padding or without, comes out bitwise equal
 only ``slots``, ``"load"`` exactly the active rows: faster at low load, but a row's rounding then depends on how
 many others run, which tests/test_engine.py shows). Each sequence samples with its own ``torch.Generator``, seeded
 by its request. Past ``block_size`` the window slides as in ``solomon.model.sampling.generate``: the slot is
-recomputed over its last ``block_size`` tokens.
+recomputed over its last ``block_size`` tokens. ``compiled``: decode steps (and the prefills made of them) run
+``solomon.serving.compiled_decode``'s compiled step, checked and compiled for every size as the engine starts.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ from solomon.errors import first_line
 from solomon.model.gpt import GPT
 from solomon.model.kv_cache import KVCache, decode, prefill
 from solomon.model.sampling import next_token
+from solomon.serving.compiled_decode import CompiledDecode
+
+# A decode step: (model, cache, rows, ids, positions) -> logits (``solomon.model.kv_cache.decode``'s contract).
+DecodeStep = Callable[[GPT, KVCache, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(eq=False)
@@ -63,21 +68,33 @@ SHAPES = ("checked", "fixed", "load")  # decode batch sizes: checked at start, a
 
 
 class Engine:
-    def __init__(self, model: GPT, slots: int, shapes: str = "checked") -> None:
+    def __init__(self, model: GPT, slots: int, shapes: str = "checked", compiled: bool = False) -> None:
         if shapes not in SHAPES:
             raise ValueError(f"shapes {shapes!r}: use {', '.join(SHAPES)}")
         self.model = model.eval()
         self.cache = KVCache(model, slots)
+        self.decode: DecodeStep = CompiledDecode(self.model, self.cache) if compiled else decode
+        started = time.perf_counter()
         # The decode batch sizes a step may run (ascending, ``slots`` last); None: the active rows, whatever they are.
         self.batch_sizes: tuple[int, ...] | None = None
         if shapes == "checked":
-            self.batch_sizes = invariant_batch_sizes(self.model, self.cache)
+            self.batch_sizes = invariant_batch_sizes(self.model, self.cache, step=self.decode)
         elif shapes == "fixed":
             self.batch_sizes = (slots,)
+            if compiled:  # compiled now, not at the first request
+                self.decode(self.model, self.cache, torch.zeros(slots, dtype=torch.long),
+                            torch.zeros(slots, dtype=torch.long), torch.full((slots,), -1))  # fmt: skip
+        # seconds the start-up took to compile the decode step and check its batch sizes (0: eager, nothing compiled)
+        self.compile_s = time.perf_counter() - started if compiled else 0.0
         self.active: list[Sequence | None] = [None] * slots
         self.waiting: deque[Sequence] = deque()
         self.changed = threading.Condition()
         self.closing = False
+
+    def compile_line(self) -> str:
+        """What the start-up compiled, and how long it took: for the log."""
+        sizes = ", ".join(map(str, sorted(self.decode.compile_s)))
+        return f"decode step compiled for batch sizes {sizes}, {self.compile_s:.1f} s with the batch-size check"
 
     def submit(self, sequence: Sequence) -> None:
         with self.changed:
@@ -165,7 +182,7 @@ class Engine:
         slots, positions, tokens = (list(column) for column in zip(*rows, strict=True))
         padding = self.decode_batch(len(rows)) - len(rows)
         batch = (torch.tensor(column + [fill] * padding) for column, fill in ((slots, 0), (tokens, 0), (positions, -1)))
-        return decode(self.model, self.cache, *batch)[: len(rows)]
+        return self.decode(self.model, self.cache, *batch)[: len(rows)]
 
     def decode_batch(self, active: int) -> int:
         return decode_batch(self.batch_sizes, active)
@@ -203,12 +220,12 @@ def decode_batch(batch_sizes: tuple[int, ...] | None, active: int) -> int:
 
 
 @torch.no_grad()
-def invariant_batch_sizes(model: GPT, cache: KVCache, trials: int = 2) -> tuple[int, ...]:
+def invariant_batch_sizes(model: GPT, cache: KVCache, trials: int = 2, step: DecodeStep = decode) -> tuple[int, ...]:
     """The decode batch sizes (powers of two below ``cache.slots``, then ``cache.slots``) whose rows come out bit
     for bit as in a full batch, on random tokens, positions and cache contents: each size runs with all its rows
     live and with one live row among padding, its rows drawn from the full batch in a random order. The check
     writes into ``cache`` (call it before any sequence is admitted: a slot's positions are always written before
-    they are read)."""
+    they are read). ``step``: the decode step checked (the eager one, or a ``CompiledDecode``)."""
     slots, block, vocab = cache.slots, cache.block_size, model.config.vocab_size
     generator = torch.Generator().manual_seed(0)
     candidates = [size for size in (2**i for i in range(slots.bit_length())) if size < slots]
@@ -219,15 +236,15 @@ def invariant_batch_sizes(model: GPT, cache: KVCache, trials: int = 2) -> tuple[
         ids = torch.randint(vocab, (slots,), generator=generator)
         pos = torch.randint(block, (slots,), generator=generator)
         everyone = torch.arange(slots)
-        full = decode(model, cache, everyone, ids, pos)
+        full = step(model, cache, everyone, ids, pos)
         for size in candidates:
             order = torch.randperm(slots, generator=generator)[:size]
             for live in {size, 1}:
                 rows_pos = torch.cat([pos[order[:live]], torch.full((size - live,), -1)])
-                logits = decode(model, cache, order, ids[order], rows_pos)
+                logits = step(model, cache, order, ids[order], rows_pos)
                 if not torch.equal(logits[:live], full[order[:live]]):
                     failed.add(size)
-                decode(model, cache, everyone, ids, pos)  # the full batch's own keys and values back in place
+                step(model, cache, everyone, ids, pos)  # the full batch's own keys and values back in place
     for tensor in (*cache.k, *cache.v):
         tensor.zero_()
     return (*[size for size in candidates if size not in failed], slots)

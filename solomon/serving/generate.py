@@ -16,7 +16,7 @@ from pathlib import Path
 
 from solomon.errors import SolomonError
 from solomon.serving.engine import Engine, Sequence
-from solomon.serving.limits import DEFAULT_PRECISION, MAX_SEED, Limits
+from solomon.serving.limits import DEFAULT_DECODE, DEFAULT_PRECISION, MAX_SEED, Limits
 from solomon.serving.loader import Served, load_verified
 
 
@@ -37,24 +37,12 @@ def generate_text(
     threads: int = 1,
     slots: int = Limits.slots,
     precision: str = DEFAULT_PRECISION,
+    decode: str = DEFAULT_DECODE,
 ) -> str:
     served = load_verified(run_dir, root, threads=threads, precision=precision)
     if not served.tokenizer.encode(prompt).ids:
         raise SolomonError("--prompt is empty: give some text to continue")
-    return complete(served, prompt, max_new_tokens, temperature, top_k, seed, slots)
-
-
-def complete(
-    served: Served,
-    prompt: str,
-    max_new_tokens: int | None = None,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    seed: int = 0,
-    slots: int = Limits.slots,
-) -> str:
-    """``prompt`` and its continuation (``Completer.complete``) through a new engine of ``slots``."""
-    return Completer(served, slots).complete(prompt, max_new_tokens, temperature, top_k, seed)
+    return Completer(served, slots, decode).complete(prompt, max_new_tokens, temperature, top_k, seed)
 
 
 class Completer:
@@ -63,9 +51,9 @@ class Completer:
     model too) answers through here, so one seed gives one text. The engine — its KV cache and its start-up check
     of batch sizes — is built once, for every call."""
 
-    def __init__(self, served: Served, slots: int = Limits.slots) -> None:
+    def __init__(self, served: Served, slots: int = Limits.slots, decode: str = DEFAULT_DECODE) -> None:
         self.served = served
-        self.engine = Engine(served.model, slots)
+        self.engine = Engine(served.model, slots, compiled=decode == "compiled")
         self.lock = threading.Lock()  # the engine steps one caller's sequence at a time
 
     def complete(

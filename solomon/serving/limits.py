@@ -17,6 +17,10 @@ MIN_TEMPERATURE = 0.01
 # What a served model may compute in (solomon.serving.precision): fp32, as the evaluate stage scored it, or bf16.
 PRECISIONS = ("fp32", "bf16")
 DEFAULT_PRECISION = PRECISIONS[0]  # every entry point's default: the precision metrics.json was scored in
+# How a decode step runs: eager PyTorch (solomon.model.kv_cache.decode), or compiled once per batch size at start-up
+# (solomon.serving.compiled_decode). Text for a seed is the route's own: the route is part of the provenance.
+DECODES = ("eager", "compiled")
+DEFAULT_DECODE = DECODES[0]
 # The deployment's variables, read by the entry point (`solomon serve`), never by the serving library:
 IMAGE_DIGEST_ENV = "SOLOMON_IMAGE_DIGEST"  # the serving image's digest: an image cannot know its own
 EXPECT_DIGEST_ENV = "SOLOMON_EXPECT_DIGEST"  # the manifest digest the server must find

@@ -39,7 +39,9 @@ class Bf16Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(torch.bfloat16)
-        if self.packed is None:
+        # A compiled decode step (solomon.serving.compiled_decode) takes the plain weights: the compiler cannot trace
+        # through a packed (opaque) tensor.
+        if self.packed is None or torch.compiler.is_compiling():
             return F.linear(x, self.weight, self.bias).float()
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "").float()
 

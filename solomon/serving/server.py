@@ -22,7 +22,7 @@ from solomon.audit.workspace import IN_CACHE, IN_WORKSPACE
 from solomon.errors import SolomonError
 from solomon.serving.app import Server, create_app
 from solomon.serving.hooks import NO_HOOKS, Hooks
-from solomon.serving.limits import DEFAULT_PRECISION, Limits
+from solomon.serving.limits import DEFAULT_DECODE, DEFAULT_PRECISION, Limits
 from solomon.serving.loader import Served, load_verified
 from solomon.serving.precision import BF16_FALLBACK, PACKED
 
@@ -66,16 +66,18 @@ def serve(
     limits: Limits,
     image_digest: str | None = None,
     hooks: Hooks = NO_HOOKS,
+    decode: str = DEFAULT_DECODE,
 ) -> None:
     """Serve what ``load_model`` loads (``ModelSource.load``: a verified run) until a signal; raises SolomonError
-    (one line) when it does not verify or load. ``hooks``: the test hooks the command read from the environment."""
+    (one line) when it does not verify or load. ``hooks``: the test hooks the command read from the environment;
+    ``decode``: the engine's route (``limits.DECODES``)."""
 
     def stop(message: str) -> None:  # the model did not verify or load: the listener stops, ``server.error`` says why
         listener.should_exit = True
 
     _can_listen(host, port)  # before the model loads: uvicorn binds only after its start-up
 
-    server = Server(lambda: _announce(load_model(), host, port), limits, stop, image_digest, hooks)
+    server = Server(lambda: _announce(load_model(), host, port), limits, stop, image_digest, hooks, decode)
     config = uvicorn.Config(
         create_app(server), host=host, port=port, log_level="warning", access_log=False, lifespan="on",
         # every request ends within its timeout; a client that stops reading is not waited for much beyond it
