@@ -135,22 +135,28 @@ def test_same_text_at_any_load_streaming_logprobs_echo_n_and_the_schema(repo_cop
     assert process.returncode == 0, process.stderr.read()
 
 
+def one_text_per_seed(repo: Path, port: int, route: list[str]) -> None:
+    """A seed's text at 4 slots alone, beside others under load, and from `solomon generate` with ``route``'s
+    flags: the same."""
+    alone = request(port, "POST", "/v1/completions", ASK)[1]["choices"]
+    others = [lambda s=s: request(port, "POST", "/v1/completions", ASK | {"seed": s}) for s in range(5)]
+    crowded = concurrently([*others[:2], lambda: request(port, "POST", "/v1/completions", ASK), *others[2:]])
+    assert crowded[2][1]["choices"] == alone and all(answer[0] in (200, 429) for answer in crowded)
+    settings = ["--max-new-tokens", "40", "--temperature", "0.9", "--top-k", "40", "--seed", "5", "--slots", "4"]
+    generated = subprocess.run(
+        [SOLOMON, "generate", "--prompt", ASK["prompt"], *settings, *route],
+        cwd=repo, env=pipeline_env(), capture_output=True, text=True,
+    )  # fmt: skip
+    assert generated.stdout.rstrip("\n") == ASK["prompt"] + alone[0]["text"], generated.stderr
+
+
 def test_bf16_serves_the_same_text_at_any_load_and_says_so_in_its_provenance(repo_copy: Path) -> None:
     process, port = start(repo_copy, "--slots", "4", "--precision", "bf16")
     try:
         wait(port, process)
         provenance = request(port, "GET", "/v1/provenance")[1]
         assert provenance["precision"] == "bf16" and provenance["decode_batch_sizes"][-1] == 4
-        alone = request(port, "POST", "/v1/completions", ASK)[1]["choices"]
-        others = [lambda s=s: request(port, "POST", "/v1/completions", ASK | {"seed": s}) for s in range(5)]
-        crowded = concurrently([*others[:2], lambda: request(port, "POST", "/v1/completions", ASK), *others[2:]])
-        assert crowded[2][1]["choices"] == alone and all(answer[0] in (200, 429) for answer in crowded)
-        settings = ["--max-new-tokens", "40", "--temperature", "0.9", "--top-k", "40", "--seed", "5", "--slots", "4"]
-        generated = subprocess.run(
-            [SOLOMON, "generate", "--prompt", ASK["prompt"], *settings, "--precision", "bf16"],
-            cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True,
-        )  # fmt: skip
-        assert generated.stdout.rstrip("\n") == ASK["prompt"] + alone[0]["text"], generated.stderr
+        one_text_per_seed(repo_copy, port, ["--precision", "bf16"])
     finally:
         stop(process)
     assert process.returncode == 0, process.stderr.read()
@@ -166,23 +172,14 @@ def test_the_compiled_route_serves_one_text_per_seed_at_any_load_passes_the_answ
         wait(port, process, timeout=600)
         provenance = request(port, "GET", "/v1/provenance")[1]
         assert provenance["decode"] == "compiled" and provenance["decode_batch_sizes"][-1] == 4
-        alone = request(port, "POST", "/v1/completions", ASK)[1]["choices"]
-        others = [lambda s=s: request(port, "POST", "/v1/completions", ASK | {"seed": s}) for s in range(5)]
-        crowded = concurrently([*others[:2], lambda: request(port, "POST", "/v1/completions", ASK), *others[2:]])
-        assert crowded[2][1]["choices"] == alone and all(answer[0] in (200, 429) for answer in crowded)
-        settings = ["--max-new-tokens", "40", "--temperature", "0.9", "--top-k", "40", "--seed", "5", "--slots", "4"]
-        generated = subprocess.run(
-            [SOLOMON, "generate", "--prompt", ASK["prompt"], *settings, "--decode", "compiled"],
-            cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True,
-        )  # fmt: skip
-        assert generated.stdout.rstrip("\n") == ASK["prompt"] + alone[0]["text"], generated.stderr
+        one_text_per_seed(repo_copy, port, ["--decode", "compiled"])
         # the run's weights, recomputed here eagerly, answer as the compiled server does (fresh prompts, logprobs)
         checked = subprocess.run(
             [SOLOMON, "lineage", "--url", f"http://127.0.0.1:{port}", "--answers-only", "--run", run.name],
             cwd=repo_copy, env=pipeline_env(), capture_output=True, text=True,
         )  # fmt: skip
         assert checked.returncode == 0 and "holds" in checked.stdout, checked.stdout + checked.stderr
-        print(checked.stdout.strip().splitlines()[-1])
+        print(checked.stdout)
     finally:
         stop(process)
     assert process.returncode == 0
