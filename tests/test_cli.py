@@ -120,6 +120,7 @@ def test_a_number_out_of_bounds_is_refused_in_one_line_naming_the_bound(args, re
     assert capsys.readouterr().err.splitlines()[-1].endswith(refusal)
 
 
+@pytest.mark.slow  # two `solomon` processes, each importing torch
 @pytest.mark.parametrize("command", [["serve"], ["generate", "--prompt", "a"]], ids=["serve", "generate"])
 def test_the_compiled_route_without_a_cpp_compiler_is_refused_in_one_line_before_anything_loads(
     command: list[str], tmp_path: Path
