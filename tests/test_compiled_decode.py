@@ -29,7 +29,7 @@ def model(request: pytest.FixtureRequest) -> GPT:
 @pytest.fixture(scope="module")
 def engine(model: GPT) -> Engine:
     """One compiled engine per model (compiling is the slow part): its start-up check compiles every size."""
-    return Engine(model, slots=4, compiled=True)
+    return Engine(model, slots=4, decode="compiled")
 
 
 def test_the_start_up_compiles_every_kept_batch_size_and_says_how_long(engine: Engine) -> None:

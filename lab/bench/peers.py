@@ -27,6 +27,7 @@ from solomon.model.sampling import generate
 from solomon.params import Params
 from solomon.records import RunFiles
 from solomon.serving.engine import Engine, Sequence
+from solomon.serving.limits import DEFAULT_DECODE
 from solomon.serving.precision import in_precision
 
 UNVERIFIED = "unverified: random weights of the bench"
@@ -95,12 +96,12 @@ def engine_rows(
     requests: int,
     batches: tuple[int, ...],
     slots: int,
-    compiled: bool = False,
+    decode: str = DEFAULT_DECODE,
 ) -> list[dict]:
-    """The engine the server runs (``slots`` slots, its start-up check, ``precision``, the decode step compiled or
-    not), called in this process: ``batch`` sequences submitted at once and stepped until done, no HTTP, no event
+    """The engine the server runs (``slots`` slots, its start-up check, ``precision``, its ``decode`` route),
+    called in this process: ``batch`` sequences submitted at once and stepped until done, no HTTP, no event
     loop, no client. A compiled engine's rows say how long its start-up took (``start_s``)."""
-    engine = Engine(in_precision(copy.deepcopy(model), precision), slots, compiled=compiled)
+    engine = Engine(in_precision(copy.deepcopy(model), precision), slots, decode=decode)
     rows = []
     for batch in batches:
 
@@ -114,7 +115,7 @@ def engine_rows(
                 engine.step()
             return batch * max_tokens  # no stop token: every sequence makes max_tokens
 
-        rows.append(timed(run, requests, batch) | ({"start_s": round(engine.compile_s, 1)} if compiled else {}))
+        rows.append(timed(run, requests, batch) | ({"start_s": round(engine.compile_s, 1)} if engine.compile_s else {}))
     return rows
 
 

@@ -47,7 +47,7 @@ from solomon.export import hf
 from solomon.params import ModelParams
 from solomon.runtime import configure_torch
 from solomon.serving.engine import decode_batch
-from solomon.serving.limits import DECODES, PRECISIONS, Limits
+from solomon.serving.limits import DECODES, DEFAULT_DECODE, PRECISIONS, Limits
 
 ENGINE = "engine (HTTP server, streamed)"
 
@@ -103,10 +103,10 @@ def serving_section(
                     rows.append({"row": name, "precision": precision} | load)
         for precision in precisions:
             for decode in decodes:
-                compiled, route = decode == "compiled", ", compiled" if decode == "compiled" else ""
+                route = "" if decode == DEFAULT_DECODE else f", {decode}"
                 in_process = {"row": f"engine in process, {precision}{route} (no HTTP)", "precision": precision}
                 engine = peers.engine_rows(
-                    reference, precision, prompt_ids, max_tokens, peer_requests, batches, slots, compiled
+                    reference, precision, prompt_ids, max_tokens, peer_requests, batches, slots, decode
                 )
                 rows += [in_process | row for row in engine]
         rows.append(

@@ -92,6 +92,14 @@ def add_decode(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _require_decode(decode: str) -> None:
+    """Refuse at once, before any run is found, verified or loaded, a route this machine cannot run."""
+    if decode == "compiled":
+        from solomon.serving.compiled_decode import require_compiler
+
+        require_compiler()
+
+
 def _generate(args: argparse.Namespace) -> None:
     from solomon.serving.generate import draw_seed, generate_text
 
@@ -100,10 +108,7 @@ def _generate(args: argparse.Namespace) -> None:
     except UnicodeEncodeError as exc:  # bytes of the command line that are not UTF-8 arrive as surrogates
         raise SolomonError(f"--prompt is not UTF-8 text (byte {exc.start} of it): give the prompt as UTF-8") from None
     seed = draw_seed() if args.seed is None else args.seed
-    if args.decode == "compiled":
-        from solomon.serving.compiled_decode import require_compiler
-
-        require_compiler()  # before the run is verified and loaded: a refusal at once
+    _require_decode(args.decode)
     text = generate_text(
         run_of(args), args.prompt, Path(args.root), args.max_new_tokens, args.temperature, args.top_k, seed,
         slots=args.slots, precision=args.precision, decode=args.decode,
@@ -160,10 +165,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     if args.model and (args.run or args.run_option):
         raise SolomonError("give a run or --model, not both")
-    if args.decode == "compiled":
-        from solomon.serving.compiled_decode import require_compiler
-
-        require_compiler()  # before the run, the listener and the model: a refusal at once, exit 2
+    _require_decode(args.decode)
     run_dir = None if args.model else run_of(args)
     source = ModelSource(
         Path(args.root), run_dir, args.model, args.expect_digest, args.threads, args.precision, args.dvc_lock

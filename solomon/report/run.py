@@ -151,7 +151,7 @@ def system_table(system: list[dict]) -> tuple[list[str], list[list]]:
     measures = [name for name in system[0] if name not in ("step", "utc")]
     first, last = system[0], system[-1]
     span = f"{first['utc']} to {last['utc']}, {len(system)} samples at steps {first['step']}–{last['step']}"
-    rows = [[name, round(sum(r[name] for r in system) / len(system), 1), max(r[name] for r in system), system[-1][name]]
+    rows = [[name, round(sum(r[name] for r in system) / len(system), 1), max(r[name] for r in system), last[name]]
             for name in measures]  # fmt: skip
     return ["measure (" + span + ")", "mean", "highest", "last"], rows
 

@@ -92,7 +92,7 @@ class Server:
         try:
             self.hooks.before_loading()
             served = self.load()
-            engine = Engine(served.model, self.limits.slots, compiled=self.decode == "compiled")
+            engine = Engine(served.model, self.limits.slots, decode=self.decode)
             if engine.compile_s:
                 print(f"engine: {engine.compile_line()}", file=sys.stderr, flush=True)
             thread = threading.Thread(target=engine.run, name="solomon-engine", daemon=True)

@@ -1,5 +1,6 @@
-"""The engine's decode step compiled (``solomon serve --compile``): gpt-fast's lesson, that most of a small model's
-per-token time is Python and operator dispatch, not arithmetic, so one compiled graph per step wins most of it.
+"""The engine's decode step compiled (``solomon serve --decode compiled``): gpt-fast's lesson, that most of a small
+model's per-token time is Python and operator dispatch, not arithmetic, so one compiled graph per step wins most of
+it.
 
 It keeps the contract of ``solomon.model.kv_cache.decode`` (rows, ids, positions in; logits out; a negative
 position is a padding row) with shapes that never change within a batch size, so ``torch.compile`` traces it once

@@ -15,8 +15,8 @@ only if each row, in any order, with padding or without, comes out bitwise equal
 only ``slots``, ``"load"`` exactly the active rows: faster at low load, but a row's rounding then depends on how
 many others run, which tests/test_engine.py shows). Each sequence samples with its own ``torch.Generator``, seeded
 by its request. Past ``block_size`` the window slides as in ``solomon.model.sampling.generate``: the slot is
-recomputed over its last ``block_size`` tokens. ``compiled``: decode steps (and the prefills made of them) run
-``solomon.serving.compiled_decode``'s compiled step, checked and compiled for every size as the engine starts.
+recomputed over its last ``block_size`` tokens. ``decode="compiled"``: decode steps (and the prefills made of them)
+run ``solomon.serving.compiled_decode``'s compiled step, checked and compiled for every size as the engine starts.
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 import torch
 
 from solomon.errors import first_line
+from solomon.model import kv_cache
 from solomon.model.gpt import GPT
-from solomon.model.kv_cache import KVCache, decode, prefill
+from solomon.model.kv_cache import KVCache, prefill
 from solomon.model.sampling import next_token
 from solomon.serving.compiled_decode import CompiledDecode
+from solomon.serving.limits import DECODES, DEFAULT_DECODE
 
 # A decode step: (model, cache, rows, ids, positions) -> logits (``solomon.model.kv_cache.decode``'s contract).
 DecodeStep = Callable[[GPT, KVCache, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -68,12 +70,15 @@ SHAPES = ("checked", "fixed", "load")  # decode batch sizes: checked at start, a
 
 
 class Engine:
-    def __init__(self, model: GPT, slots: int, shapes: str = "checked", compiled: bool = False) -> None:
+    def __init__(self, model: GPT, slots: int, shapes: str = "checked", decode: str = DEFAULT_DECODE) -> None:
         if shapes not in SHAPES:
             raise ValueError(f"shapes {shapes!r}: use {', '.join(SHAPES)}")
+        if decode not in DECODES:
+            raise ValueError(f"decode {decode!r}: use {', '.join(DECODES)}")
+        compiled = decode == "compiled"
         self.model = model.eval()
         self.cache = KVCache(model, slots)
-        self.decode: DecodeStep = CompiledDecode(self.model, self.cache) if compiled else decode
+        self.decode: DecodeStep = CompiledDecode(self.model, self.cache) if compiled else kv_cache.decode
         started = time.perf_counter()
         # The decode batch sizes a step may run (ascending, ``slots`` last); None: the active rows, whatever they are.
         self.batch_sizes: tuple[int, ...] | None = None
@@ -220,7 +225,9 @@ def decode_batch(batch_sizes: tuple[int, ...] | None, active: int) -> int:
 
 
 @torch.no_grad()
-def invariant_batch_sizes(model: GPT, cache: KVCache, trials: int = 2, step: DecodeStep = decode) -> tuple[int, ...]:
+def invariant_batch_sizes(
+    model: GPT, cache: KVCache, trials: int = 2, step: DecodeStep = kv_cache.decode
+) -> tuple[int, ...]:
     """The decode batch sizes (powers of two below ``cache.slots``, then ``cache.slots``) whose rows come out bit
     for bit as in a full batch, on random tokens, positions and cache contents: each size runs with all its rows
     live and with one live row among padding, its rows drawn from the full batch in a random order. The check

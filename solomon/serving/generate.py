@@ -53,7 +53,7 @@ class Completer:
 
     def __init__(self, served: Served, slots: int = Limits.slots, decode: str = DEFAULT_DECODE) -> None:
         self.served = served
-        self.engine = Engine(served.model, slots, compiled=decode == "compiled")
+        self.engine = Engine(served.model, slots, decode=decode)
         self.lock = threading.Lock()  # the engine steps one caller's sequence at a time
 
     def complete(
